@@ -1,0 +1,51 @@
+"""System checks: the database must be PostgreSQL and the PGJOBS settings valid."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+
+from django_pgjobs.conf import pgjobs_settings
+
+
+@checks.register(checks.Tags.database, checks.Tags.compatibility)
+def check_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """pgjobs.E001: the jobs database alias exists and is PostgreSQL."""
+    alias = pgjobs_settings.DATABASE
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
+        return [
+            checks.Error(
+                f"PGJOBS['DATABASE'] is {alias!r}, which is not a key of DATABASES.",
+                hint=f"Use one of {sorted(settings.DATABASES)}.",
+                id="pgjobs.E001",
+            )
+        ]
+    engine = settings.DATABASES[alias].get("ENGINE", "")
+    if engine != "django.db.backends.postgresql" and not engine.endswith(".postgresql"):
+        return [
+            checks.Error(
+                f"django_pgjobs needs PostgreSQL, but DATABASES[{alias!r}] uses {engine!r}.",
+                hint="Set ENGINE to 'django.db.backends.postgresql' (psycopg 3).",
+                id="pgjobs.E001",
+            )
+        ]
+    return []
+
+
+@checks.register(checks.Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """pgjobs.E002: every PGJOBS setting has a usable value."""
+    try:
+        pgjobs_settings.validate()
+    except ImproperlyConfigured as error:
+        return [
+            checks.Error(
+                str(error),
+                hint="See the Settings section of django_pgjobs' README.",
+                id="pgjobs.E002",
+            )
+        ]
+    return []

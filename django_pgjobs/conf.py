@@ -1,0 +1,213 @@
+"""Settings: one `PGJOBS` dict in the Django settings, read at access time.
+
+Every default lives on `Settings` below and is documented in README.md. Durations accept
+seconds (int or float) or a `datetime.timedelta`. Per-queue overrides go under
+`PGJOBS["QUEUES"][<queue name>]` and take the same keys as the queue options here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+
+DAY = 86_400
+
+#: Keys a queue may override, with the global defaults they fall back to.
+QUEUE_OPTION_KEYS = (
+    "PRIORITY",
+    "LEASE",
+    "MAX_ATTEMPTS",
+    "BACKOFF_BASE",
+    "BACKOFF_CAP",
+    "EXPIRES",
+    "RESULT_RETENTION",
+    "DEAD_RETENTION",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOptions:
+    """The resolved options of one queue: its override, else the global default."""
+
+    priority: int
+    lease_s: int
+    max_attempts: int
+    backoff_base_s: int
+    backoff_cap_s: int
+    expires_s: float | None
+    result_retention_s: int | None
+    dead_retention_s: int | None
+
+
+class Settings:
+    """Typed view of `settings.PGJOBS`; each attribute's class value is its default."""
+
+    #: Django database alias that holds the job tables.
+    DATABASE: str = "default"
+    #: Queue used when neither the call nor the job names one.
+    DEFAULT_QUEUE: str = "default"
+    #: Send a NOTIFY when a runnable job is enqueued (switch off for poll-only operation).
+    NOTIFY: bool = True
+    #: The LISTEN/NOTIFY channel.
+    CHANNEL: str = "pgjobs"
+    #: Per-queue overrides: {"emails": {"LEASE": 120, "MAX_ATTEMPTS": 3}, ...}.
+    QUEUES: dict[str, dict[str, Any]] = {}
+
+    # Queue options (overridable per queue)
+    #: Priority of a job whose enqueue and decorator give none (-100..100, higher first).
+    PRIORITY: int = 0
+    #: Seconds a claim stays valid without a heartbeat (the visibility timeout).
+    LEASE: float | timedelta = 60
+    #: Claims a job may have before it is dead-lettered.
+    MAX_ATTEMPTS: int = 10
+    #: Backoff of the first retry, in whole seconds (doubles each attempt, equal jitter).
+    BACKOFF_BASE: int = 10
+    #: Longest backoff, in whole seconds.
+    BACKOFF_CAP: int = 3600
+    #: Dead-letter a job not finished this long after its enqueue (None: never).
+    EXPIRES: float | timedelta | None = None
+    #: Keep an acked job and its result this long as `done` (None or 0: delete on ack).
+    RESULT_RETENTION: float | timedelta | None = None
+    #: Prune dead letters this long after they died (None: keep forever).
+    DEAD_RETENTION: float | timedelta | None = 30 * DAY
+
+    # Limits
+    #: Largest payload accepted, in bytes of its JSON text.
+    MAX_PAYLOAD_BYTES: int = 1_048_576
+    #: Failed attempts kept in a job's `errors` history (the oldest are dropped).
+    ERRORS_KEPT: int = 10
+
+    # Maintenance
+    #: Rows moved or deleted per statement by the sweeper.
+    SWEEP_BATCH: int = 1000
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.isupper():
+            configured = getattr(django_settings, "PGJOBS", None) or {}
+            if name in configured:
+                return configured[name]
+            return getattr(type(self), name)
+        return super().__getattribute__(name)
+
+    def queue_options(self, queue: str) -> QueueOptions:
+        """Resolve a queue's options: its entry in `QUEUES`, else the global defaults.
+
+        Raises:
+            ImproperlyConfigured: a value is of the wrong type or out of range.
+        """
+        return self._resolve_options(self.QUEUES.get(queue, {}), f"PGJOBS['QUEUES'][{queue!r}]")
+
+    def default_options(self) -> QueueOptions:
+        """Return the options of a queue that has no entry in `QUEUES`."""
+        return self._resolve_options({}, "PGJOBS['QUEUES']")
+
+    def _resolve_options(self, overrides: dict[str, Any], where: str) -> QueueOptions:
+
+        def pick(key: str) -> tuple[Any, str]:
+            if key in overrides:
+                return overrides[key], f"{where}[{key!r}]"
+            return getattr(self, key), f"PGJOBS[{key!r}]"
+
+        priority, at = pick("PRIORITY")
+        if not _is_int(priority) or not -100 <= priority <= 100:
+            raise ImproperlyConfigured(f"{at} must be a whole number from -100 to 100.")
+        lease, at = pick("LEASE")
+        lease_s = math.ceil(seconds(lease, at))
+        if lease_s < 1:
+            raise ImproperlyConfigured(f"{at} must be at least 1 second.")
+        max_attempts, at = pick("MAX_ATTEMPTS")
+        if not _is_int(max_attempts) or max_attempts < 1:
+            raise ImproperlyConfigured(f"{at} must be a whole number of at least 1.")
+        base, at = pick("BACKOFF_BASE")
+        if not _is_int(base) or base < 1:
+            raise ImproperlyConfigured(f"{at} must be a whole number of seconds, at least 1.")
+        cap, at = pick("BACKOFF_CAP")
+        if not _is_int(cap) or cap < base:
+            raise ImproperlyConfigured(
+                f"{at} must be a whole number of seconds, at least BACKOFF_BASE ({base})."
+            )
+        expires, at = pick("EXPIRES")
+        expires_s = None if expires is None else seconds(expires, at)
+        if expires_s is not None and expires_s <= 0:
+            raise ImproperlyConfigured(f"{at} must be positive, or None for no expiry.")
+        retention, at = pick("RESULT_RETENTION")
+        result_retention_s = _optional_whole_seconds(retention, at)
+        dead_retention, at = pick("DEAD_RETENTION")
+        dead_retention_s = _optional_whole_seconds(dead_retention, at)
+        return QueueOptions(
+            priority=priority,
+            lease_s=lease_s,
+            max_attempts=max_attempts,
+            backoff_base_s=base,
+            backoff_cap_s=cap,
+            expires_s=expires_s,
+            result_retention_s=result_retention_s or None,
+            dead_retention_s=dead_retention_s,
+        )
+
+    def validate(self) -> None:
+        """Check every setting, raising ImproperlyConfigured for the first bad one."""
+        configured = getattr(django_settings, "PGJOBS", None)
+        if configured is None:
+            return
+        if not isinstance(configured, dict):
+            raise ImproperlyConfigured("PGJOBS must be a dict.")
+        known = {name for name in vars(Settings) if name.isupper()}
+        unknown = sorted(set(configured) - known)
+        if unknown:
+            raise ImproperlyConfigured(
+                f"PGJOBS has unknown keys {unknown}; known keys are {sorted(known)}."
+            )
+        for name in ("DATABASE", "DEFAULT_QUEUE", "CHANNEL"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be a non-empty string.")
+        if not isinstance(self.NOTIFY, bool):
+            raise ImproperlyConfigured("PGJOBS['NOTIFY'] must be True or False.")
+        for name in ("MAX_PAYLOAD_BYTES", "ERRORS_KEPT", "SWEEP_BATCH"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 1:
+                raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be a whole number >= 1.")
+        queues = self.QUEUES
+        if not isinstance(queues, dict):
+            raise ImproperlyConfigured("PGJOBS['QUEUES'] must be a dict of queue name to dict.")
+        for queue, overrides in queues.items():
+            if not isinstance(overrides, dict):
+                raise ImproperlyConfigured(f"PGJOBS['QUEUES'][{queue!r}] must be a dict.")
+            bad = sorted(set(overrides) - set(QUEUE_OPTION_KEYS))
+            if bad:
+                raise ImproperlyConfigured(
+                    f"PGJOBS['QUEUES'][{queue!r}] has unknown keys {bad}; "
+                    f"a queue may set {list(QUEUE_OPTION_KEYS)}."
+                )
+            self.queue_options(queue)
+        self.queue_options(self.DEFAULT_QUEUE)
+
+
+def seconds(value: Any, what: str) -> float:
+    """Return a duration given as seconds or a timedelta, as float seconds."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    raise ImproperlyConfigured(f"{what} must be a number of seconds or a timedelta.")
+
+
+def _optional_whole_seconds(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    whole = math.ceil(seconds(value, what))
+    if whole < 0:
+        raise ImproperlyConfigured(f"{what} must not be negative (None switches it off).")
+    return whole
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+pgjobs_settings = Settings()

@@ -1,0 +1,96 @@
+"""Exceptions raised by django_pgjobs, and the two a handler raises to steer its job."""
+
+from __future__ import annotations
+
+
+class PgJobsError(Exception):
+    """A django_pgjobs error. Do not raise directly: raise a subclass."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class InvalidJobOption(PgJobsError, ValueError):
+    """An argument given to django_pgjobs is not valid. Nothing was written."""
+
+
+class InvalidQueueName(InvalidJobOption):
+    """The queue name is not valid."""
+
+
+class InvalidKind(InvalidJobOption):
+    """The job kind is not valid."""
+
+
+class InvalidKey(InvalidJobOption):
+    """The job key is not valid."""
+
+
+class InvalidPayload(InvalidJobOption):
+    """The payload is not a JSON object that PostgreSQL can store."""
+
+
+class InvalidPriority(InvalidJobOption):
+    """The priority is not a whole number between -100 and 100."""
+
+
+class InvalidSchedule(InvalidJobOption):
+    """The run_after or delay is not valid."""
+
+
+class InvalidExpiry(InvalidJobOption):
+    """The expiry is not a positive duration."""
+
+
+class InvalidMaxAttempts(InvalidJobOption):
+    """max_attempts is not a whole number of at least 1."""
+
+
+class InvalidLease(InvalidJobOption):
+    """The lease is not a duration of at least one second."""
+
+
+class InvalidConflictMode(InvalidJobOption):
+    """on_conflict is not one of 'replace', 'keep_schedule' or 'ignore'."""
+
+
+class InvalidWorkerId(InvalidJobOption):
+    """The worker id is empty or not a string."""
+
+
+class InvalidClaimSize(InvalidJobOption):
+    """The number of jobs to claim is not a whole number."""
+
+
+class InvalidResultRetention(InvalidJobOption):
+    """The result retention is not a non-negative duration."""
+
+
+class LeaseLost(PgJobsError):
+    """This claim is no longer the job's current claim: it lapsed, was cancelled, or was
+    superseded by a newer claim. Its writes are refused."""
+
+
+class JobNotRegistered(PgJobsError):
+    """No job is registered under this kind."""
+
+
+class Retry(Exception):
+    """Raised by a handler to be retried: after `delay` seconds, or after the queue's backoff.
+
+    The attempt still counts: a job whose attempts are spent is dead-lettered with
+    "max attempts exceeded", exactly as if the handler had failed.
+    """
+
+    def __init__(self, reason: str = "retry requested", *, delay: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.delay = delay
+
+
+class Fail(Exception):
+    """Raised by a handler to dead-letter its job at once, with `reason` kept verbatim."""
+
+    def __init__(self, reason: str = "failed") -> None:
+        super().__init__(reason)
+        self.reason = reason

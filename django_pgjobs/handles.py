@@ -1,0 +1,136 @@
+"""The claim's handle: what a claim returns and what a handler receives as `ctx`.
+
+Every write through a handle is conditioned on the claim still being the job's current
+one (DESIGN S10): a lapsed, superseded or cancelled claim gets `False` and changes
+nothing. The handle holds no SQL; it asks `Job.objects`.
+"""
+
+from __future__ import annotations
+
+import traceback as traceback_module
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+
+from django_pgjobs.exceptions import LeaseLost
+
+if TYPE_CHECKING:
+    from django_pgjobs.managers import JobManager
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failed attempt, as recorded in a job's `errors`."""
+
+    error: str
+    traceback: str | None = None
+    exception: str | None = None
+
+    @classmethod
+    def from_exception(cls, error: BaseException) -> Failure:
+        kind = type(error)
+        message = str(error)
+        return cls(
+            error=f"{kind.__name__}: {message}" if message else kind.__name__,
+            traceback="".join(traceback_module.format_exception(error)),
+            exception=f"{kind.__module__}.{kind.__qualname__}",
+        )
+
+    @classmethod
+    def of(cls, error: str | BaseException | Failure) -> Failure:
+        if isinstance(error, Failure):
+            return error
+        if isinstance(error, BaseException):
+            return cls.from_exception(error)
+        if isinstance(error, str):
+            return cls(error=error)
+        raise TypeError(f"An error must be a string or an exception, not {type(error).__name__}.")
+
+
+@dataclass(slots=True, eq=False)
+class JobHandle:
+    """One claim of one job: its row as claimed, and the writes the claim may make."""
+
+    id: int
+    queue: str
+    kind: str
+    key: str | None
+    priority: int
+    run_after: datetime
+    attempt: int
+    max_attempts: int
+    lease_s: int
+    token: uuid.UUID
+    claimed_at: datetime
+    claimed_until: datetime
+    worker_id: str
+    expires_at: datetime | None
+    created_at: datetime
+    payload: dict[str, Any]
+    using: str
+    #: Set once this claim's completion (ack, retry, fail or release) has committed.
+    finished: bool = field(default=False)
+
+    @property
+    def job_id(self) -> int:
+        return self.id
+
+    def ack(self, result: Any = None) -> bool:
+        """Complete the job (S12). Returns False, changing nothing, if the claim is not current."""
+        return self._manager().ack_batch([self], [result]) == 1
+
+    def retry(self, error: str | BaseException, delay: float | timedelta | None = None) -> bool:
+        """Record a failed attempt and run again after `delay` or the backoff (S13).
+
+        With no attempts left the job is dead-lettered as "max attempts exceeded".
+        Returns False, changing nothing, if the claim is not current.
+        """
+        return self._manager().retry_batch([(self, Failure.of(error), delay)]) == 1
+
+    def fail(self, error: str | BaseException | None = None) -> bool:
+        """Dead-letter the job at once with `error` as its reason, "failed" by default (S15)."""
+        failure = Failure.of("failed" if error is None else error)
+        return self._manager().fail_batch([(self, failure)]) == 1
+
+    def heartbeat(self, extend: float | timedelta | None = None) -> bool:
+        """Reset the lease to now() + `extend` (default: the job's lease) (S11).
+
+        Returns False if the claim is no longer current: a late heartbeat is refused.
+        """
+        return self._manager().heartbeat_batch([self], extend) == 1
+
+    def release(self) -> bool:
+        """Give the claim back: pending again, the attempt refunded (S25)."""
+        return self._manager().release_batch([self]) == 1
+
+    @contextmanager
+    def fenced(self) -> Iterator[JobHandle]:
+        """Open a transaction whose writes commit only while this claim is current (S16).
+
+        The job row stays locked until the block ends, so no other claim can take the
+        job over meanwhile; `ack()` inside the block commits together with the block's
+        writes. A claim that is no longer current raises LeaseLost on entry.
+        """
+        with transaction.atomic(using=self.using):
+            if not self._manager().lock_claim(self):
+                raise LeaseLost(
+                    f"Job {self.id} ({self.kind}): claim {self.token} is no longer current; "
+                    "its lease lapsed, it was cancelled, or another claim took the job over."
+                )
+            yield self
+
+    def _manager(self) -> JobManager:
+        from django_pgjobs.models import Job
+
+        return Job.objects
+
+    def __repr__(self) -> str:
+        return (
+            f"<JobHandle id={self.id} kind={self.kind} queue={self.queue} "
+            f"attempt={self.attempt}/{self.max_attempts}>"
+        )

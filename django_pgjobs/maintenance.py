@@ -1,0 +1,144 @@
+"""The sweeper (DESIGN S24): expiry, stranded claims and retention, in bounded batches.
+
+`Sweeper().run_once()` is what `manage.py sweepjobs` and every worker's loop call. Each
+batch is one short statement that skips rows other transactions hold, so any number of
+replicas may sweep at once without blocking or repeating one another's work. A sweeper
+built with `take_turns=True` (the worker's) also runs each batch under a
+transaction-level advisory lock and stops when another replica holds it, so replicas
+do not all scan the same rows at the same moment.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+from django.db import transaction
+
+from django_pgjobs.conf import pgjobs_settings
+
+logger = logging.getLogger("django_pgjobs.maintenance")
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """What one sweep moved and deleted."""
+
+    expired: int = 0
+    lapsed_dead: int = 0
+    triggers_promoted: int = 0
+    dead_pruned: int = 0
+    done_pruned: int = 0
+    #: False when another replica held the sweeper's turn and this sweep stopped early.
+    complete: bool = True
+
+    @property
+    def total(self) -> int:
+        return (
+            self.expired
+            + self.lapsed_dead
+            + self.triggers_promoted
+            + self.dead_pruned
+            + self.done_pruned
+        )
+
+    def __str__(self) -> str:
+        return " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+
+
+class _TurnTaken(Exception):
+    """Another replica is sweeping right now."""
+
+
+class Sweeper:
+    """Runs the maintenance passes of S24, each in batches of `batch_size` rows."""
+
+    def __init__(
+        self,
+        *,
+        batch_size: int | None = None,
+        take_turns: bool = False,
+        using: str | None = None,
+    ) -> None:
+        self.batch_size = batch_size or pgjobs_settings.SWEEP_BATCH
+        self.take_turns = take_turns
+        self.using = using or pgjobs_settings.DATABASE
+
+    def run_once(self) -> SweepResult:
+        """Sweep until every pass finds less than a full batch; return what it did."""
+        from django_pgjobs.models import DeadJob, Job
+
+        counts = dict.fromkeys(
+            ("expired", "lapsed_dead", "triggers_promoted", "dead_pruned", "done_pruned"), 0
+        )
+        limit, using = self.batch_size, self.using
+
+        def expire() -> int:
+            dead, promoted = Job.objects.sweep_expired(limit, using=using)
+            counts["expired"] += dead
+            counts["triggers_promoted"] += promoted
+            return dead + promoted
+
+        def bury_lapsed() -> int:
+            dead, promoted = Job.objects.sweep_lapsed_exhausted(limit, using=using)
+            counts["lapsed_dead"] += dead
+            counts["triggers_promoted"] += promoted
+            return dead + promoted
+
+        def prune_done() -> int:
+            return Job.objects.prune_done(limit, using=using)
+
+        def prune_dead_of(queue: str, retention_s: int) -> Callable[[], int]:
+            return lambda: DeadJob.objects.prune_in_queues([queue], retention_s, limit, using=using)
+
+        configured = list(pgjobs_settings.QUEUES)
+
+        def prune_dead_elsewhere(retention_s: int) -> Callable[[], int]:
+            return lambda: DeadJob.objects.prune_outside_queues(
+                configured, retention_s, limit, using=using
+            )
+
+        passes: list[tuple[str | None, Callable[[], int]]] = [
+            (None, expire),
+            (None, bury_lapsed),
+            ("done_pruned", prune_done),
+        ]
+        for queue in configured:
+            retention = pgjobs_settings.queue_options(queue).dead_retention_s
+            if retention is not None:
+                passes.append(("dead_pruned", prune_dead_of(queue, retention)))
+        default_retention = pgjobs_settings.default_options().dead_retention_s
+        if default_retention is not None:
+            passes.append(("dead_pruned", prune_dead_elsewhere(default_retention)))
+        complete = True
+        try:
+            for counter, batch in passes:
+                done = self._drain(batch)
+                if counter is not None:
+                    counts[counter] += done
+        except _TurnTaken:
+            complete = False
+        result = SweepResult(**counts, complete=complete)
+        if result.total:
+            logger.info("sweep %s", result)
+        return result
+
+    def _drain(self, batch: Callable[[], int]) -> int:
+        """Run `batch` until it handles less than a full batch; return the rows handled."""
+        total = 0
+        while True:
+            done = self._run_batch(batch)
+            total += done
+            if done < self.batch_size:
+                return total
+
+    def _run_batch(self, batch: Callable[[], int]) -> int:
+        if not self.take_turns:
+            return batch()
+        from django_pgjobs.models import Job
+
+        with transaction.atomic(using=self.using):
+            if not Job.objects.try_sweep_lock(using=self.using):
+                raise _TurnTaken
+            return batch()

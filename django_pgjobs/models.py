@@ -1,0 +1,158 @@
+"""The two tables: `pgjobs_job` (live work) and `pgjobs_dead` (dead letters).
+
+Fields, indexes and constraints only; every statement that moves jobs lives in
+`managers.py` (and its SQL in `sql.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.db import models
+from django.db.models import F, Q
+from django.db.models.functions import Now
+
+from django_pgjobs.managers import DeadJobManager, JobManager
+from django_pgjobs.options import KIND_MAX_LENGTH, QUEUE_NAME_MAX_LENGTH
+from django_pgjobs.states import LIVE_STATES, JobState
+
+
+class JobColumns(models.Model):
+    """The columns a job keeps whether it is live or dead."""
+
+    queue = models.CharField(max_length=QUEUE_NAME_MAX_LENGTH)
+    kind = models.CharField(max_length=KIND_MAX_LENGTH, help_text="The registered job name.")
+    key = models.TextField(
+        null=True, blank=True, help_text="Coalescing key: one live job per (kind, key)."
+    )
+    priority = models.SmallIntegerField(db_default=0, help_text="Higher runs first, -100..100.")
+    run_after = models.DateTimeField(db_default=Now())
+    attempts = models.IntegerField(db_default=0, help_text="Claims so far.")
+    max_attempts = models.IntegerField()
+    lease_s = models.IntegerField(help_text="Seconds a claim lasts without a heartbeat.")
+    claimed_by = models.UUIDField(null=True, blank=True, help_text="The current claim's token.")
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    worker_id = models.TextField(null=True, blank=True, help_text="Worker of the latest claim.")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    payload = models.JSONField(db_default=models.Value({}, models.JSONField()))
+    result = models.JSONField(null=True, blank=True)
+    last_error = models.TextField(null=True, blank=True)
+    errors = models.JSONField(
+        db_default=models.Value([], models.JSONField()),
+        help_text="Failed attempts, oldest first: attempt, at, error, traceback, worker_id.",
+    )
+    rerun_after = models.DateTimeField(null=True, blank=True)
+    rerun_payload = models.JSONField(
+        null=True, blank=True, help_text="A trigger that arrived while the job was running."
+    )
+    rerun_expires_at = models.DateTimeField(null=True, blank=True)
+    result_ttl_s = models.IntegerField(
+        null=True, blank=True, help_text="Seconds to keep the result after ack (null: delete)."
+    )
+    created_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.kind}#{self.pk}"
+
+
+def _shared_constraints(table: str) -> list[models.BaseConstraint]:
+    return [
+        models.CheckConstraint(
+            condition=Q(priority__gte=-100, priority__lte=100), name=f"{table}_priority_range"
+        ),
+        models.CheckConstraint(condition=Q(attempts__gte=0), name=f"{table}_attempts_gte_0"),
+        models.CheckConstraint(
+            condition=Q(max_attempts__gte=1), name=f"{table}_max_attempts_gte_1"
+        ),
+        models.CheckConstraint(condition=Q(lease_s__gte=1), name=f"{table}_lease_s_gte_1"),
+    ]
+
+
+class Job(JobColumns):
+    """A live job: pending, running, or done while its result is retained."""
+
+    id = models.BigAutoField(primary_key=True)
+    state = models.CharField(max_length=16, choices=JobState.choices, db_default=JobState.PENDING)
+    purge_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a done job's retained result is deleted."
+    )
+
+    objects: ClassVar[JobManager] = JobManager()
+
+    class Meta:
+        db_table = "pgjobs_job"
+        indexes: ClassVar[list[models.Index]] = [
+            # The claim walks this index in claim order and stops after LIMIT rows.
+            models.Index(
+                F("queue"),
+                F("priority").desc(),
+                F("run_after"),
+                F("id"),
+                name="pgjobs_job_claim",
+                condition=Q(state=JobState.PENDING),
+            ),
+            # Lapsed leases: crash recovery and the pre-claim dead-lettering.
+            models.Index(
+                fields=["claimed_until"],
+                name="pgjobs_job_lease",
+                condition=Q(state=JobState.RUNNING),
+            ),
+            # The worker's "sleep until the next scheduled job", one probe per queue.
+            models.Index(
+                fields=["queue", "run_after"],
+                name="pgjobs_job_schedule",
+                condition=Q(state=JobState.PENDING),
+            ),
+            models.Index(
+                fields=["expires_at"],
+                name="pgjobs_job_expiry",
+                condition=Q(expires_at__isnull=False, state__in=LIVE_STATES),
+            ),
+            models.Index(
+                fields=["purge_at"], name="pgjobs_job_purge", condition=Q(state=JobState.DONE)
+            ),
+        ]
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            # One live job per (kind, key): the enqueue's ON CONFLICT target.
+            models.UniqueConstraint(
+                fields=["kind", "key"],
+                name="pgjobs_job_live_key",
+                condition=Q(key__isnull=False, state__in=LIVE_STATES),
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=JobState.values), name="pgjobs_job_state_valid"
+            ),
+            *_shared_constraints("pgjobs_job"),
+        ]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(
+            "Jobs are written by Job.objects (enqueue, claims, handles), never by save()."
+        )
+
+
+class DeadJob(JobColumns):
+    """A dead letter: a job that failed, ran out of attempts, or expired. Same id as it had."""
+
+    id = models.BigIntegerField(primary_key=True)
+    reason = models.TextField(help_text="Why it died: 'max attempts exceeded', 'failed', ...")
+    died_at = models.DateTimeField(db_default=Now())
+
+    objects: ClassVar[DeadJobManager] = DeadJobManager()
+
+    class Meta:
+        db_table = "pgjobs_dead"
+        verbose_name = "dead job"
+        indexes: ClassVar[list[models.Index]] = [
+            models.Index(fields=["died_at"], name="pgjobs_dead_died_at"),
+            models.Index(fields=["queue", "died_at"], name="pgjobs_dead_queue"),
+        ]
+        constraints: ClassVar[list[models.BaseConstraint]] = _shared_constraints("pgjobs_dead")
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("Dead jobs are written by the queue, never by save().")

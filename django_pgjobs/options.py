@@ -1,0 +1,405 @@
+"""Validate enqueue arguments and resolve them into the values a job row stores (S2, S4).
+
+Resolution happens once, at enqueue: an explicit argument wins over the job's decorator
+defaults, which win over the queue's settings, which win over the app defaults. `delay`
+wins over `run_after`; `expires` counts from the enqueue. Nothing here touches the
+database: a `ResolvedJob` is what the manager then writes in one statement.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from django_pgjobs import exceptions
+from django_pgjobs.conf import pgjobs_settings
+
+QUEUE_NAME_MAX_LENGTH: Final = 100
+KIND_MAX_LENGTH: Final = 200
+QUEUE_NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9_.:-]+")
+KIND_PATTERN: Final = re.compile(r"[A-Za-z0-9_.:-]+")
+#: Queue names with this prefix belong to django_pgjobs itself.
+RESERVED_QUEUE_PREFIX: Final = "pgjobs."
+#: A key is part of a btree index entry, whose size PostgreSQL caps at about 2.7 kB.
+KEY_MAX_BYTES: Final = 1024
+#: Deepest nesting of lists and objects accepted in a payload.
+PAYLOAD_MAX_DEPTH: Final = 100
+CONFLICT_MODES: Final = ("replace", "keep_schedule", "ignore")
+#: Longest delay, expiry or retention accepted: a century keeps every timestamp in range.
+MAX_DURATION_S: Final = 100 * 365 * 86_400
+
+#: Marks an option the caller did not give (None can be a meaningful value).
+UNSET: Final[Any] = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedJob:
+    """One job's row values, validated and resolved, ready for ENQUEUE_JOB(S)."""
+
+    queue: str
+    kind: str
+    key: str | None
+    payload_json: str
+    priority: int
+    delay_s: float | None
+    run_after: datetime | None
+    max_attempts: int
+    lease_s: int
+    expires_s: float | None
+    result_ttl_s: int | None
+
+    def as_params(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "kind": self.kind,
+            "key": self.key,
+            "payload": self.payload_json,
+            "priority": self.priority,
+            "delay_s": self.delay_s,
+            "run_after": self.run_after,
+            "max_attempts": self.max_attempts,
+            "lease_s": self.lease_s,
+            "expires_s": self.expires_s,
+            "result_ttl_s": self.result_ttl_s,
+        }
+
+
+def resolve_job(
+    kind: str,
+    payload: Any = None,
+    *,
+    queue: Any = UNSET,
+    key: Any = None,
+    priority: Any = UNSET,
+    run_after: Any = None,
+    delay: Any = None,
+    max_attempts: Any = UNSET,
+    lease: Any = UNSET,
+    expires: Any = UNSET,
+    result_retention: Any = UNSET,
+    defaults: Mapping[str, Any] | None = None,
+) -> ResolvedJob:
+    """Validate one job's arguments and resolve its options (S2).
+
+    Args:
+        defaults: the job's decorator defaults, if it is registered; keys are the option
+            names (`queue`, `priority`, `max_attempts`, `lease`, `expires`,
+            `result_retention`).
+
+    Raises:
+        InvalidJobOption: a subclass naming what is wrong; nothing is written.
+    """
+    defaults = defaults or {}
+    kind = validate_kind(kind)
+
+    def given(name: str, value: Any) -> Any:
+        return defaults.get(name, UNSET) if value is UNSET else value
+
+    queue = given("queue", queue)
+    queue = validate_queue_name(pgjobs_settings.DEFAULT_QUEUE if queue is UNSET else queue)
+    queue_options = pgjobs_settings.queue_options(queue)
+
+    priority = given("priority", priority)
+    max_attempts = given("max_attempts", max_attempts)
+    lease = given("lease", lease)
+    expires = given("expires", expires)
+    result_retention = given("result_retention", result_retention)
+
+    delay_s, run_after = validate_schedule(run_after, delay)
+    expires_s = queue_options.expires_s if expires is UNSET else validate_expires(expires)
+    if result_retention is UNSET:
+        result_ttl_s = queue_options.result_retention_s
+    else:
+        result_ttl_s = validate_result_retention(result_retention)
+    return ResolvedJob(
+        queue=queue,
+        kind=kind,
+        key=validate_key(key),
+        payload_json=encode_payload(payload),
+        priority=queue_options.priority if priority is UNSET else validate_priority(priority),
+        delay_s=delay_s,
+        run_after=run_after,
+        max_attempts=(
+            queue_options.max_attempts
+            if max_attempts is UNSET
+            else validate_max_attempts(max_attempts)
+        ),
+        lease_s=queue_options.lease_s if lease is UNSET else validate_lease(lease),
+        expires_s=expires_s,
+        result_ttl_s=result_ttl_s,
+    )
+
+
+def validate_queue_name(queue: Any) -> str:
+    """Return `queue` if it is a valid queue name, else raise InvalidQueueName."""
+    if not isinstance(queue, str):
+        raise exceptions.InvalidQueueName(
+            f"Queue name must be a string, not {type(queue).__name__}."
+        )
+    if not queue:
+        raise exceptions.InvalidQueueName("Queue name must not be empty.")
+    if len(queue) > QUEUE_NAME_MAX_LENGTH:
+        raise exceptions.InvalidQueueName(
+            f"Queue name is {len(queue)} characters long; the limit is "
+            f"{QUEUE_NAME_MAX_LENGTH} (it travels as the NOTIFY payload)."
+        )
+    if not QUEUE_NAME_PATTERN.fullmatch(queue):
+        raise exceptions.InvalidQueueName(
+            f"Queue name {queue!r} may only contain letters, digits and _ . : -"
+        )
+    if queue.startswith(RESERVED_QUEUE_PREFIX):
+        raise exceptions.InvalidQueueName(
+            f"Queue name {queue!r} uses the prefix {RESERVED_QUEUE_PREFIX!r}, "
+            "which is reserved for django_pgjobs itself."
+        )
+    return queue
+
+
+def validate_queue_names(queues: Any) -> list[str]:
+    """Return a non-empty, de-duplicated list of valid queue names."""
+    if isinstance(queues, str):
+        queues = [queues]
+    try:
+        names = list(dict.fromkeys(queues))
+    except TypeError:
+        raise exceptions.InvalidQueueName(
+            f"Queues must be a queue name or a list of them, not {type(queues).__name__}."
+        ) from None
+    if not names:
+        raise exceptions.InvalidQueueName("At least one queue name is needed.")
+    return [validate_queue_name(name) for name in names]
+
+
+def validate_kind(kind: Any) -> str:
+    if not isinstance(kind, str):
+        raise exceptions.InvalidKind(f"Job kind must be a string, not {type(kind).__name__}.")
+    if not kind:
+        raise exceptions.InvalidKind("Job kind must not be empty.")
+    if len(kind) > KIND_MAX_LENGTH:
+        raise exceptions.InvalidKind(
+            f"Job kind is {len(kind)} characters long; the limit is {KIND_MAX_LENGTH}."
+        )
+    if not KIND_PATTERN.fullmatch(kind):
+        raise exceptions.InvalidKind(
+            f"Job kind {kind!r} may only contain letters, digits and _ . : -"
+        )
+    return kind
+
+
+def validate_key(key: Any) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise exceptions.InvalidKey(f"Job key must be a string or None, not {type(key).__name__}.")
+    if not key:
+        raise exceptions.InvalidKey("Job key must not be empty (use None for no key).")
+    if "\x00" in key:
+        raise exceptions.InvalidKey("Job key must not contain NUL characters.")
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise exceptions.InvalidKey(
+            "Job key is not valid Unicode text (it holds a lone surrogate)."
+        ) from None
+    if size > KEY_MAX_BYTES:
+        raise exceptions.InvalidKey(
+            f"Job key is {size} bytes in UTF-8; the limit is {KEY_MAX_BYTES}."
+        )
+    return key
+
+
+def validate_priority(priority: Any) -> int:
+    if not _is_int(priority) or not -100 <= priority <= 100:
+        raise exceptions.InvalidPriority(
+            f"Priority must be a whole number from -100 to 100, not {priority!r}."
+        )
+    return int(priority)
+
+
+def validate_max_attempts(max_attempts: Any) -> int:
+    if not _is_int(max_attempts) or max_attempts < 1:
+        raise exceptions.InvalidMaxAttempts(
+            f"max_attempts must be a whole number of at least 1, not {max_attempts!r}."
+        )
+    if max_attempts > 2**31 - 1:
+        raise exceptions.InvalidMaxAttempts(f"max_attempts {max_attempts} is too large.")
+    return int(max_attempts)
+
+
+def validate_lease(lease: Any) -> int:
+    """Return the lease in whole seconds (fractions round up); at least 1 second."""
+    seconds = _duration_seconds(lease, "lease", exceptions.InvalidLease)
+    if seconds <= 0:
+        raise exceptions.InvalidLease(f"lease must be positive, not {lease!r}.")
+    whole = math.ceil(seconds)
+    if whole > 2**31 - 1:
+        raise exceptions.InvalidLease(f"lease of {lease!r} is longer than 2**31 - 1 seconds.")
+    return whole
+
+
+def validate_extend(extend: Any) -> float:
+    """Return a heartbeat extension in seconds; it must be positive."""
+    seconds = _duration_seconds(extend, "extend", exceptions.InvalidLease)
+    if seconds <= 0:
+        raise exceptions.InvalidLease(
+            f"A heartbeat must extend the lease by a positive time, not {extend!r}."
+        )
+    return seconds
+
+
+def validate_expires(expires: Any) -> float | None:
+    if expires is None:
+        return None
+    seconds = _duration_seconds(expires, "expires", exceptions.InvalidExpiry)
+    if seconds <= 0:
+        raise exceptions.InvalidExpiry(f"expires must be a positive duration, not {expires!r}.")
+    return seconds
+
+
+def validate_result_retention(retention: Any) -> int | None:
+    if retention is None:
+        return None
+    seconds = _duration_seconds(retention, "result_retention", exceptions.InvalidResultRetention)
+    if seconds < 0:
+        raise exceptions.InvalidResultRetention(
+            f"result_retention must not be negative, not {retention!r}."
+        )
+    return math.ceil(seconds) or None
+
+
+def validate_schedule(run_after: Any, delay: Any) -> tuple[float | None, datetime | None]:
+    """Return (delay in seconds, run_after); `delay` wins when both are given (S2)."""
+    if delay is not None:
+        seconds = _duration_seconds(delay, "delay", exceptions.InvalidSchedule)
+        if seconds < 0:
+            raise exceptions.InvalidSchedule(f"delay must not be negative, not {delay!r}.")
+        return seconds, None
+    if run_after is None:
+        return None, None
+    if not isinstance(run_after, datetime):
+        raise exceptions.InvalidSchedule(
+            f"run_after must be a datetime, not {type(run_after).__name__}."
+        )
+    if run_after.tzinfo is None or run_after.utcoffset() is None:
+        raise exceptions.InvalidSchedule(
+            f"run_after must be timezone-aware; got the naive datetime {run_after!r}."
+        )
+    return None, run_after
+
+
+def validate_conflict_mode(on_conflict: Any) -> str:
+    if on_conflict not in CONFLICT_MODES:
+        raise exceptions.InvalidConflictMode(
+            f"on_conflict must be one of {', '.join(map(repr, CONFLICT_MODES))}, "
+            f"not {on_conflict!r}."
+        )
+    return str(on_conflict)
+
+
+def validate_worker_id(worker_id: Any) -> str:
+    if not isinstance(worker_id, str) or not worker_id.strip():
+        raise exceptions.InvalidWorkerId(
+            f"worker_id must be a non-empty string, not {worker_id!r}."
+        )
+    if "\x00" in worker_id:
+        raise exceptions.InvalidWorkerId("worker_id must not contain NUL characters.")
+    return worker_id
+
+
+def validate_claim_size(n: Any) -> int:
+    if not _is_int(n):
+        raise exceptions.InvalidClaimSize(
+            f"The number of jobs to claim must be a whole number, not {n!r}."
+        )
+    return int(n)
+
+
+def encode_payload(payload: Any) -> str:
+    """Return the payload as JSON text, or raise InvalidPayload saying what is wrong.
+
+    A payload is a JSON object: a dict with string keys whose values are strings,
+    numbers (finite), booleans, None, lists (tuples are stored as lists) and dicts of
+    the same, at most PAYLOAD_MAX_DEPTH deep and MAX_PAYLOAD_BYTES long. None means {}.
+    """
+    if payload is None:
+        return "{}"
+    if not isinstance(payload, dict):
+        raise exceptions.InvalidPayload(
+            f"Payload must be a dict (a JSON object), not {type(payload).__name__}."
+        )
+    _check_json_value(payload, "payload", 0)
+    try:
+        text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as error:  # pragma: no cover - _check_json_value first
+        raise exceptions.InvalidPayload(f"Payload is not JSON: {error}.") from None
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise exceptions.InvalidPayload(
+            "Payload holds a string that is not valid Unicode text (a lone surrogate)."
+        ) from None
+    limit = pgjobs_settings.MAX_PAYLOAD_BYTES
+    if size > limit:
+        raise exceptions.InvalidPayload(
+            f"Payload is {size} bytes of JSON; the limit is {limit} "
+            "(PGJOBS['MAX_PAYLOAD_BYTES']). Store large data in a table and pass its id."
+        )
+    return text
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _check_json_value(value: Any, path: str, depth: int) -> None:
+    if depth > PAYLOAD_MAX_DEPTH:
+        raise exceptions.InvalidPayload(
+            f"Payload is nested deeper than {PAYLOAD_MAX_DEPTH} levels (at {path})."
+        )
+    if isinstance(value, dict):
+        for item_key, item in value.items():
+            if not isinstance(item_key, str):
+                raise exceptions.InvalidPayload(
+                    f"Payload keys must be strings; {path} has the key {item_key!r}."
+                )
+            if "\x00" in item_key:
+                raise exceptions.InvalidPayload(f"{path} has a key with a NUL character.")
+            _check_json_value(item, f"{path}[{item_key!r}]", depth + 1)
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_json_value(item, f"{path}[{index}]", depth + 1)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise exceptions.InvalidPayload(f"{path} is {value!r}, which JSON cannot hold.")
+    elif isinstance(value, str):
+        if "\x00" in value:
+            raise exceptions.InvalidPayload(
+                f"{path} holds a NUL character, which PostgreSQL's jsonb cannot store."
+            )
+    elif not isinstance(value, _SCALARS):
+        raise exceptions.InvalidPayload(
+            f"{path} is a {type(value).__name__}, which is not JSON; pass plain data "
+            "(str, int, float, bool, None, list, dict)."
+        )
+
+
+def _duration_seconds(value: Any, name: str, error: type[exceptions.InvalidJobOption]) -> float:
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+        if not math.isfinite(seconds):
+            raise error(f"{name} must be a finite number of seconds, not {value!r}.")
+    else:
+        raise error(f"{name} must be a number of seconds or a timedelta, not {value!r}.")
+    if abs(seconds) > MAX_DURATION_S:
+        raise error(f"{name} of {value!r} is longer than a century, the longest accepted.")
+    return seconds
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,622 @@
+"""Every statement the queue runs, as named constants. Only `managers.py` executes them.
+
+Conventions: each statement opens with a `--` line saying what it does; parameters are
+named `%(name)s`; time is always the database's `now()` (DESIGN S22), never a timestamp
+computed in Python. Statements that act on claims apply one validity predicate
+(`_CLAIM_IS_CURRENT`, DESIGN S10) and lock the rows they change, so a late write from a
+superseded claim changes nothing.
+
+Inside a transaction `now()` is the transaction's start. That is what makes the fence
+(S16) and transaction mode (S21) sound: the row is locked while the predicate holds at
+the start, no claimer can take it while the lock is held, so every later statement of
+the same transaction sees the claim as current, and rightly so.
+"""
+
+from __future__ import annotations
+
+JOB_TABLE = "pgjobs_job"
+DEAD_TABLE = "pgjobs_dead"
+
+# Columns a job keeps when it moves between the live and the dead table.
+_KEPT_COLUMNS = (
+    "queue, kind, key, priority, run_after, attempts, max_attempts, lease_s, claimed_by,"
+    " claimed_until, claimed_at, worker_id, expires_at, payload, result, rerun_after,"
+    " rerun_payload, rerun_expires_at, result_ttl_s, created_at"
+)
+
+
+def _prefixed(alias: str) -> str:
+    return ", ".join(f"{alias}.{column.strip()}" for column in _KEPT_COLUMNS.split(","))
+
+
+# The S10 predicate, for a job row `j` and an input row `t` carrying the claim's token.
+_CLAIM_IS_CURRENT = "j.state = 'running' AND j.claimed_by = t.token AND j.claimed_until > now()"
+
+# The live key index, as ON CONFLICT must name it (its predicate, verbatim).
+_ON_LIVE_KEY = "ON CONFLICT (kind, key) WHERE key IS NOT NULL AND state IN ('pending', 'running')"
+
+
+def _append_error(errors: str, entry: str) -> str:
+    """Return SQL for `errors` with `entry` appended, keeping the last %(errors_kept)s."""
+    return (
+        f"(CASE WHEN jsonb_array_length({errors}) < %(errors_kept)s"
+        f" THEN {errors} || jsonb_build_array({entry})"
+        f" ELSE (SELECT coalesce(jsonb_agg(e.item ORDER BY e.n), '[]'::jsonb)"
+        f" FROM jsonb_array_elements({errors}) WITH ORDINALITY AS e(item, n)"
+        f" WHERE e.n > jsonb_array_length({errors}) - %(errors_kept)s + 1)"
+        f" || jsonb_build_array({entry}) END)"
+    )
+
+
+def _error_entry(error: str, traceback: str = "NULL", exception: str = "NULL") -> str:
+    """Return SQL for one `errors` entry of the current attempt of job row `j`."""
+    return (
+        f"jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', {error},"
+        f" 'traceback', {traceback}, 'exception', {exception}, 'worker_id', j.worker_id)"
+    )
+
+
+# A pending trigger (S3) replaces the run that just ended: same row, the trigger's
+# payload, schedule and expiry, a fresh attempt budget. Used by every way a run ends.
+_PROMOTE_RERUN = """
+    state = 'pending', payload = j.rerun_payload, run_after = coalesce(j.rerun_after, now()),
+    expires_at = j.rerun_expires_at, attempts = 0, claimed_by = NULL, claimed_until = NULL,
+    rerun_payload = NULL, rerun_after = NULL, rerun_expires_at = NULL"""
+
+_WAKE_PROMOTED = """
+woke AS (
+    SELECT pg_notify(%(channel)s, p.queue)
+    FROM (SELECT DISTINCT queue FROM promoted WHERE %(notify)s AND run_after <= now()) AS p
+)"""
+
+
+ENQUEUE_JOB = f"""
+-- Insert one job, or merge it into the live job of its (kind, key) (S3); wake workers (S23).
+WITH merged AS (
+    INSERT INTO pgjobs_job AS job (
+        queue, kind, key, state, priority, run_after, attempts, max_attempts, lease_s,
+        expires_at, payload, errors, result_ttl_s, created_at)
+    VALUES (
+        %(queue)s, %(kind)s, %(key)s, 'pending', %(priority)s,
+        coalesce(now() + make_interval(secs => %(delay_s)s::float8),
+                 %(run_after)s::timestamptz, now()),
+        0, %(max_attempts)s, %(lease_s)s,
+        now() + make_interval(secs => %(expires_s)s::float8),
+        %(payload)s::jsonb, '[]'::jsonb, %(result_ttl_s)s, now())
+    {_ON_LIVE_KEY}
+    DO UPDATE SET
+        payload = CASE WHEN job.state = 'pending' AND %(on_conflict)s <> 'ignore'
+                       THEN excluded.payload ELSE job.payload END,
+        run_after = CASE WHEN job.state = 'pending' AND %(on_conflict)s = 'replace'
+                         THEN excluded.run_after ELSE job.run_after END,
+        expires_at = CASE WHEN job.state = 'pending' AND %(on_conflict)s <> 'ignore'
+                          THEN excluded.expires_at ELSE job.expires_at END,
+        rerun_payload = CASE WHEN job.state = 'running' AND %(on_conflict)s <> 'ignore'
+                             THEN excluded.payload ELSE job.rerun_payload END,
+        rerun_after = CASE
+            WHEN job.state = 'running' AND %(on_conflict)s = 'replace' THEN excluded.run_after
+            WHEN job.state = 'running' AND %(on_conflict)s = 'keep_schedule'
+                THEN coalesce(job.rerun_after, excluded.run_after)
+            ELSE job.rerun_after END,
+        rerun_expires_at = CASE WHEN job.state = 'running' AND %(on_conflict)s <> 'ignore'
+                                THEN excluded.expires_at ELSE job.rerun_expires_at END
+    RETURNING job.id, job.xmax = 0 AS inserted, job.queue,
+              job.state = 'pending' AND job.run_after <= now() AS runnable
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, queue) FROM merged WHERE %(notify)s AND runnable
+)
+SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
+"""
+
+ENQUEUE_JOBS = f"""
+-- Insert many jobs in one statement (S5), merging keyed ones as ENQUEUE_JOB does.
+-- Rows come back in input order; the caller folds duplicate keys beforehand, because
+-- ON CONFLICT cannot change one row twice in a statement.
+WITH merged AS (
+    INSERT INTO pgjobs_job AS job (
+        queue, kind, key, state, priority, run_after, attempts, max_attempts, lease_s,
+        expires_at, payload, errors, result_ttl_s, created_at)
+    SELECT i.queue, i.kind, i.key, 'pending', i.priority,
+           coalesce(now() + make_interval(secs => i.delay_s), i.run_after, now()),
+           0, i.max_attempts, i.lease_s, now() + make_interval(secs => i.expires_s),
+           i.payload, '[]'::jsonb, i.result_ttl_s, now()
+    FROM unnest(%(queues)s::text[], %(kinds)s::text[], %(keys)s::text[],
+                %(priorities)s::int[], %(delays_s)s::float8[], %(run_afters)s::timestamptz[],
+                %(max_attempts)s::int[], %(leases_s)s::int[], %(expires_s)s::float8[],
+                %(payloads)s::jsonb[], %(result_ttls_s)s::int[])
+         WITH ORDINALITY AS i(queue, kind, key, priority, delay_s, run_after, max_attempts,
+                              lease_s, expires_s, payload, result_ttl_s, n)
+    ORDER BY i.n
+    {_ON_LIVE_KEY}
+    DO UPDATE SET
+        payload = CASE WHEN job.state = 'pending' AND %(on_conflict)s <> 'ignore'
+                       THEN excluded.payload ELSE job.payload END,
+        run_after = CASE WHEN job.state = 'pending' AND %(on_conflict)s = 'replace'
+                         THEN excluded.run_after ELSE job.run_after END,
+        expires_at = CASE WHEN job.state = 'pending' AND %(on_conflict)s <> 'ignore'
+                          THEN excluded.expires_at ELSE job.expires_at END,
+        rerun_payload = CASE WHEN job.state = 'running' AND %(on_conflict)s <> 'ignore'
+                             THEN excluded.payload ELSE job.rerun_payload END,
+        rerun_after = CASE
+            WHEN job.state = 'running' AND %(on_conflict)s = 'replace' THEN excluded.run_after
+            WHEN job.state = 'running' AND %(on_conflict)s = 'keep_schedule'
+                THEN coalesce(job.rerun_after, excluded.run_after)
+            ELSE job.rerun_after END,
+        rerun_expires_at = CASE WHEN job.state = 'running' AND %(on_conflict)s <> 'ignore'
+                                THEN excluded.expires_at ELSE job.rerun_expires_at END
+    RETURNING job.id, job.xmax = 0 AS inserted, job.queue,
+              job.state = 'pending' AND job.run_after <= now() AS runnable
+),
+woke AS (
+    -- One NOTIFY per queue: PostgreSQL would fold them anyway, this skips the calls.
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM merged WHERE %(notify)s AND runnable) AS q
+)
+SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
+"""
+
+CLAIM_JOBS = f"""
+-- Claim up to %(limit)s jobs of %(queues)s for %(worker_id)s (S6-S9): lapsed claims first,
+-- then pending jobs by priority DESC, run_after, id; lapsed jobs with no attempts left
+-- are dead-lettered instead of handed out.
+WITH RECURSIVE levels (queue, priority) AS (
+    -- A skip scan of the claim index: one row per (queue, priority) holding pending
+    -- jobs, each found by one index probe. Reading runnable rows level by level means a
+    -- claim never wades through scheduled rows sorted between two runnable ones.
+    SELECT q.name, (SELECT max(j.priority) FROM pgjobs_job AS j
+                    WHERE j.state = 'pending' AND j.queue = q.name)
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    UNION ALL
+    SELECT l.queue, (SELECT max(j.priority) FROM pgjobs_job AS j
+                     WHERE j.state = 'pending' AND j.queue = l.queue AND j.priority < l.priority)
+    FROM levels AS l
+    WHERE l.priority IS NOT NULL
+),
+ordered_levels AS (
+    -- Within one priority, the queue holding the oldest runnable job goes first.
+    SELECT l.queue, l.priority
+    FROM levels AS l
+    WHERE l.priority IS NOT NULL
+    ORDER BY l.priority DESC,
+             (SELECT j.run_after FROM pgjobs_job AS j
+              WHERE j.state = 'pending' AND j.queue = l.queue AND j.priority = l.priority
+                AND j.run_after <= now()
+              ORDER BY j.run_after, j.id LIMIT 1) NULLS LAST,
+             l.queue
+),
+lapsed AS (
+    SELECT j.id, j.attempts >= j.max_attempts AS exhausted,
+           j.rerun_payload IS NOT NULL AS has_rerun
+    FROM pgjobs_job AS j
+    WHERE j.state = 'running' AND j.claimed_until <= now()
+      AND j.queue = ANY(%(queues)s::text[])
+      AND (j.expires_at IS NULL OR j.expires_at > now())
+    ORDER BY j.claimed_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+picked AS (
+    -- The CTE is an optimization fence: LIMIT applies before the UPDATE, and the LATERAL
+    -- scans lock rows only as the LIMIT pulls them, so no more than %(limit)s are locked.
+    (SELECT l.id FROM lapsed AS l WHERE NOT l.exhausted)
+    UNION ALL
+    (SELECT c.id
+     FROM ordered_levels AS l
+     CROSS JOIN LATERAL (
+         SELECT j.id FROM pgjobs_job AS j
+         WHERE j.state = 'pending' AND j.queue = l.queue AND j.priority = l.priority
+           AND j.run_after <= now() AND (j.expires_at IS NULL OR j.expires_at > now())
+         ORDER BY j.run_after, j.id
+         LIMIT %(limit)s
+         FOR UPDATE SKIP LOCKED
+     ) AS c)
+    LIMIT %(limit)s
+),
+buried AS (
+    DELETE FROM pgjobs_job AS j USING lapsed AS l
+    WHERE j.id = l.id AND l.exhausted AND NOT l.has_rerun
+    RETURNING j.*
+),
+dead AS (
+    INSERT INTO pgjobs_dead (id, {_KEPT_COLUMNS}, last_error, errors, reason, died_at)
+    SELECT j.id, {_prefixed("j")}, 'lease lapsed',
+           {_append_error("j.errors", _error_entry("'lease lapsed'"))},
+           'max attempts exceeded', now()
+    FROM buried AS j
+),
+promoted AS (
+    UPDATE pgjobs_job AS j
+    SET {_PROMOTE_RERUN},
+        last_error = 'lease lapsed',
+        errors = {_append_error("j.errors", _error_entry("'lease lapsed'"))}
+    FROM lapsed AS l
+    WHERE j.id = l.id AND l.exhausted AND l.has_rerun
+)
+UPDATE pgjobs_job AS j
+SET state = 'running',
+    attempts = j.attempts + 1,
+    claimed_by = gen_random_uuid(),
+    claimed_at = now(),
+    claimed_until = now() + make_interval(secs => j.lease_s),
+    worker_id = %(worker_id)s,
+    -- A lapsed claim being taken over: its attempt ended without a word, say so.
+    last_error = CASE WHEN j.state = 'running' THEN 'lease lapsed' ELSE j.last_error END,
+    errors = CASE WHEN j.state = 'running'
+                  THEN {_append_error("j.errors", _error_entry("'lease lapsed'"))}
+                  ELSE j.errors END
+FROM picked AS p
+WHERE j.id = p.id
+RETURNING j.id, j.queue, j.kind, j.key, j.priority, j.run_after, j.attempts, j.max_attempts,
+          j.lease_s, j.claimed_by, j.claimed_at, j.claimed_until, j.worker_id, j.expires_at,
+          j.created_at, j.payload
+"""
+
+ACK_JOBS = f"""
+-- Complete claimed jobs whose claim is current (S12, S17): delete each, keep it as done
+-- with its result while it has result retention, or promote its pending trigger (S3).
+WITH target AS (
+    SELECT j.id, t.result, j.rerun_payload IS NOT NULL AS has_rerun, j.result_ttl_s
+    FROM pgjobs_job AS j
+    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[])
+         AS t(id, token, result) ON j.id = t.id
+    WHERE {_CLAIM_IS_CURRENT}
+    FOR UPDATE OF j
+),
+deleted AS (
+    DELETE FROM pgjobs_job AS j USING target AS t
+    WHERE j.id = t.id AND NOT t.has_rerun AND t.result_ttl_s IS NULL
+    RETURNING j.id
+),
+kept AS (
+    UPDATE pgjobs_job AS j
+    SET state = 'done', result = t.result, finished_at = now(),
+        purge_at = now() + make_interval(secs => t.result_ttl_s)
+    FROM target AS t
+    WHERE j.id = t.id AND NOT t.has_rerun AND t.result_ttl_s IS NOT NULL
+    RETURNING j.id
+),
+promoted AS (
+    UPDATE pgjobs_job AS j
+    SET {_PROMOTE_RERUN}
+    FROM target AS t
+    WHERE j.id = t.id AND t.has_rerun
+    RETURNING j.queue, j.run_after
+),
+{_WAKE_PROMOTED}
+SELECT (SELECT count(*) FROM deleted) + (SELECT count(*) FROM kept)
+       + (SELECT count(*) FROM promoted),
+       (SELECT count(*) FROM woke)
+"""
+
+RETRY_JOBS = f"""
+-- Record a failed attempt of claimed jobs whose claim is current (S13): back to pending
+-- after the given delay, or dead with 'max attempts exceeded' when attempts are spent;
+-- a pending trigger (S3) is promoted instead of either.
+WITH target AS (
+    SELECT j.id, t.error, t.delay_s,
+           {_error_entry("t.error", "t.traceback", "t.exception")} AS entry,
+           j.attempts >= j.max_attempts AS exhausted, j.rerun_payload IS NOT NULL AS has_rerun
+    FROM pgjobs_job AS j
+    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::text[],
+                %(tracebacks)s::text[], %(exceptions)s::text[], %(delays_s)s::float8[])
+         AS t(id, token, error, traceback, exception, delay_s) ON j.id = t.id
+    WHERE {_CLAIM_IS_CURRENT}
+    FOR UPDATE OF j
+),
+retried AS (
+    UPDATE pgjobs_job AS j
+    SET state = 'pending', run_after = now() + make_interval(secs => t.delay_s),
+        claimed_by = NULL, claimed_until = NULL, last_error = t.error,
+        errors = {_append_error("j.errors", "t.entry")}
+    FROM target AS t
+    WHERE j.id = t.id AND NOT t.exhausted AND NOT t.has_rerun
+    RETURNING j.id
+),
+promoted AS (
+    UPDATE pgjobs_job AS j
+    SET {_PROMOTE_RERUN}, last_error = t.error, errors = {_append_error("j.errors", "t.entry")}
+    FROM target AS t
+    WHERE j.id = t.id AND t.has_rerun
+    RETURNING j.queue, j.run_after
+),
+buried AS (
+    DELETE FROM pgjobs_job AS j USING target AS t
+    WHERE j.id = t.id AND t.exhausted AND NOT t.has_rerun
+    RETURNING j.*, t.error AS final_error, t.entry AS final_entry
+),
+dead AS (
+    INSERT INTO pgjobs_dead (id, {_KEPT_COLUMNS}, last_error, errors, reason, died_at)
+    SELECT j.id, {_prefixed("j")}, j.final_error,
+           {_append_error("j.errors", "j.final_entry")}, 'max attempts exceeded', now()
+    FROM buried AS j
+    RETURNING id
+),
+{_WAKE_PROMOTED}
+SELECT (SELECT count(*) FROM retried), (SELECT count(*) FROM promoted),
+       (SELECT count(*) FROM dead), (SELECT count(*) FROM woke)
+"""
+
+FAIL_JOBS = f"""
+-- Dead-letter claimed jobs whose claim is current at once (S15), with the caller's reason
+-- verbatim; a pending trigger (S3) is promoted instead.
+WITH target AS (
+    SELECT j.id, t.error, {_error_entry("t.error", "t.traceback", "t.exception")} AS entry,
+           j.rerun_payload IS NOT NULL AS has_rerun
+    FROM pgjobs_job AS j
+    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::text[],
+                %(tracebacks)s::text[], %(exceptions)s::text[])
+         AS t(id, token, error, traceback, exception) ON j.id = t.id
+    WHERE {_CLAIM_IS_CURRENT}
+    FOR UPDATE OF j
+),
+promoted AS (
+    UPDATE pgjobs_job AS j
+    SET {_PROMOTE_RERUN}, last_error = t.error, errors = {_append_error("j.errors", "t.entry")}
+    FROM target AS t
+    WHERE j.id = t.id AND t.has_rerun
+    RETURNING j.queue, j.run_after
+),
+buried AS (
+    DELETE FROM pgjobs_job AS j USING target AS t
+    WHERE j.id = t.id AND NOT t.has_rerun
+    RETURNING j.*, t.error AS final_error, t.entry AS final_entry
+),
+dead AS (
+    INSERT INTO pgjobs_dead (id, {_KEPT_COLUMNS}, last_error, errors, reason, died_at)
+    SELECT j.id, {_prefixed("j")}, j.final_error,
+           {_append_error("j.errors", "j.final_entry")}, j.final_error, now()
+    FROM buried AS j
+    RETURNING id
+),
+{_WAKE_PROMOTED}
+SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM promoted), (SELECT count(*) FROM woke)
+"""
+
+RELEASE_JOBS = f"""
+-- Hand claims back at shutdown (S25): pending again with the attempt refunded, or the
+-- pending trigger promoted; wake the workers of their queues.
+WITH target AS (
+    SELECT j.id, j.rerun_payload IS NOT NULL AS has_rerun
+    FROM pgjobs_job AS j
+    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token) ON j.id = t.id
+    WHERE {_CLAIM_IS_CURRENT}
+    FOR UPDATE OF j
+),
+released AS (
+    UPDATE pgjobs_job AS j
+    SET state = 'pending', attempts = greatest(j.attempts - 1, 0),
+        claimed_by = NULL, claimed_until = NULL
+    FROM target AS t
+    WHERE j.id = t.id AND NOT t.has_rerun
+    RETURNING j.queue, j.run_after
+),
+promoted AS (
+    UPDATE pgjobs_job AS j
+    SET {_PROMOTE_RERUN}
+    FROM target AS t
+    WHERE j.id = t.id AND t.has_rerun
+    RETURNING j.queue, j.run_after
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT queue FROM released WHERE run_after <= now()
+          UNION SELECT queue FROM promoted WHERE run_after <= now()) AS q
+    WHERE %(notify)s
+)
+SELECT (SELECT count(*) FROM released) + (SELECT count(*) FROM promoted),
+       (SELECT count(*) FROM woke)
+"""
+
+HEARTBEAT_JOBS = f"""
+-- Extend current claims to now() + extend (S11: an absolute reset); a lapsed or
+-- superseded claim is refused. Returns the jobs extended and their new deadline.
+WITH target AS (
+    SELECT j.id, t.extend_s
+    FROM pgjobs_job AS j
+    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(extends_s)s::float8[])
+         AS t(id, token, extend_s) ON j.id = t.id
+    WHERE {_CLAIM_IS_CURRENT}
+    FOR UPDATE OF j
+)
+UPDATE pgjobs_job AS j
+SET claimed_until = now() + make_interval(secs => t.extend_s)
+FROM target AS t
+WHERE j.id = t.id
+RETURNING j.id, j.claimed_until
+"""
+
+HEARTBEAT_UNLOCKED_JOBS = f"""
+-- HEARTBEAT_JOBS for the worker's background heartbeats: rows locked by a running fence
+-- or transaction-mode job are skipped (that lock already keeps every claimer away).
+WITH target AS (
+    SELECT j.id, t.extend_s
+    FROM pgjobs_job AS j
+    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(extends_s)s::float8[])
+         AS t(id, token, extend_s) ON j.id = t.id
+    WHERE {_CLAIM_IS_CURRENT}
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE pgjobs_job AS j
+SET claimed_until = now() + make_interval(secs => t.extend_s)
+FROM target AS t
+WHERE j.id = t.id
+RETURNING j.id, j.claimed_until
+"""
+
+LOCK_CURRENT_CLAIM = f"""
+-- Lock a job row for the rest of the transaction if its claim is current (S16, S21).
+SELECT j.id
+FROM pgjobs_job AS j, (SELECT %(token)s::uuid AS token) AS t
+WHERE j.id = %(id)s AND {_CLAIM_IS_CURRENT}
+FOR UPDATE OF j
+"""
+
+CANCEL_JOB = """
+-- Delete a pending or running job (S18); a running handler's later writes are refused.
+DELETE FROM pgjobs_job WHERE id = %(id)s AND state IN ('pending', 'running') RETURNING id
+"""
+
+REQUEUE_DEAD_JOB = f"""
+-- Move a dead letter back to pending with a fresh attempt budget and no expiry; if its
+-- key has a live job, merge into that job instead (S3, replace) and drop the letter.
+WITH moved AS (
+    DELETE FROM pgjobs_dead WHERE id = %(id)s RETURNING *
+),
+merged AS (
+    INSERT INTO pgjobs_job AS job (
+        id, queue, kind, key, state, priority, run_after, attempts, max_attempts, lease_s,
+        payload, last_error, errors, result_ttl_s, created_at)
+    SELECT id, queue, kind, key, 'pending', priority, now(), 0, max_attempts, lease_s,
+           payload, last_error, errors, result_ttl_s, created_at
+    FROM moved
+    {_ON_LIVE_KEY}
+    DO UPDATE SET
+        payload = CASE WHEN job.state = 'pending' THEN excluded.payload ELSE job.payload END,
+        run_after = CASE WHEN job.state = 'pending' THEN excluded.run_after
+                         ELSE job.run_after END,
+        rerun_payload = CASE WHEN job.state = 'running' THEN excluded.payload
+                             ELSE job.rerun_payload END,
+        rerun_after = CASE WHEN job.state = 'running' THEN excluded.run_after
+                           ELSE job.rerun_after END
+    RETURNING job.id, job.xmax = 0 AS inserted, job.queue,
+              job.state = 'pending' AND job.run_after <= now() AS runnable
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, queue) FROM merged WHERE %(notify)s AND runnable
+)
+SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
+"""
+
+NEXT_SCHEDULED_IN = """
+-- Seconds from now() until the earliest scheduled pending job of %(queues)s (NULL: none).
+SELECT extract(epoch FROM min(n.run_after) - now())::float8
+FROM unnest(%(queues)s::text[]) AS q(name)
+CROSS JOIN LATERAL (
+    SELECT j.run_after FROM pgjobs_job AS j
+    WHERE j.state = 'pending' AND j.queue = q.name AND j.run_after > now()
+    ORDER BY j.run_after
+    LIMIT 1
+) AS n
+"""
+
+SWEEP_EXPIRED = f"""
+-- Move up to %(limit)s live jobs past expires_at to the dead table as 'expired' (S24);
+-- a pending trigger (S3) is promoted instead, the expiry kept in the job's errors.
+WITH target AS (
+    SELECT j.id, j.rerun_payload IS NOT NULL AS has_rerun
+    FROM pgjobs_job AS j
+    WHERE j.expires_at <= now() AND j.state IN ('pending', 'running')
+    ORDER BY j.expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+buried AS (
+    DELETE FROM pgjobs_job AS j USING target AS t
+    WHERE j.id = t.id AND NOT t.has_rerun
+    RETURNING j.*
+),
+dead AS (
+    INSERT INTO pgjobs_dead (id, {_KEPT_COLUMNS}, last_error, errors, reason, died_at)
+    SELECT j.id, {_prefixed("j")}, j.last_error, j.errors, 'expired', now()
+    FROM buried AS j
+    RETURNING id
+),
+promoted AS (
+    UPDATE pgjobs_job AS j
+    SET {_PROMOTE_RERUN}, last_error = 'expired',
+        errors = {_append_error("j.errors", _error_entry("'expired'"))}
+    FROM target AS t
+    WHERE j.id = t.id AND t.has_rerun
+    RETURNING j.queue, j.run_after
+),
+{_WAKE_PROMOTED}
+SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM promoted)
+"""
+
+SWEEP_LAPSED_EXHAUSTED = f"""
+-- Dead-letter up to %(limit)s running jobs whose lease lapsed with no attempts left (S9,
+-- S24) so none is stranded when no claimer passes by; a pending trigger is promoted.
+WITH target AS (
+    SELECT j.id, j.rerun_payload IS NOT NULL AS has_rerun
+    FROM pgjobs_job AS j
+    WHERE j.state = 'running' AND j.claimed_until <= now() AND j.attempts >= j.max_attempts
+    ORDER BY j.claimed_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+buried AS (
+    DELETE FROM pgjobs_job AS j USING target AS t
+    WHERE j.id = t.id AND NOT t.has_rerun
+    RETURNING j.*
+),
+dead AS (
+    INSERT INTO pgjobs_dead (id, {_KEPT_COLUMNS}, last_error, errors, reason, died_at)
+    SELECT j.id, {_prefixed("j")}, 'lease lapsed',
+           {_append_error("j.errors", _error_entry("'lease lapsed'"))},
+           'max attempts exceeded', now()
+    FROM buried AS j
+    RETURNING id
+),
+promoted AS (
+    UPDATE pgjobs_job AS j
+    SET {_PROMOTE_RERUN}, last_error = 'lease lapsed',
+        errors = {_append_error("j.errors", _error_entry("'lease lapsed'"))}
+    FROM target AS t
+    WHERE j.id = t.id AND t.has_rerun
+    RETURNING j.queue, j.run_after
+),
+{_WAKE_PROMOTED}
+SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM promoted)
+"""
+
+PRUNE_DONE = """
+-- Delete up to %(limit)s done jobs whose result retention has ended (S24).
+DELETE FROM pgjobs_job
+WHERE id IN (
+    SELECT id FROM pgjobs_job
+    WHERE state = 'done' AND purge_at <= now()
+    ORDER BY purge_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+"""
+
+PRUNE_DEAD_IN_QUEUES = """
+-- Delete up to %(limit)s dead letters of %(queues)s older than %(retention_s)s (S24).
+DELETE FROM pgjobs_dead
+WHERE id IN (
+    SELECT id FROM pgjobs_dead
+    WHERE queue = ANY(%(queues)s::text[])
+      AND died_at < now() - make_interval(secs => %(retention_s)s::float8)
+    ORDER BY died_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+"""
+
+PRUNE_DEAD_OUTSIDE_QUEUES = """
+-- Delete up to %(limit)s dead letters of queues other than %(queues)s older than
+-- %(retention_s)s (S24): the default retention, for queues without their own.
+DELETE FROM pgjobs_dead
+WHERE id IN (
+    SELECT id FROM pgjobs_dead
+    WHERE queue <> ALL(%(queues)s::text[])
+      AND died_at < now() - make_interval(secs => %(retention_s)s::float8)
+    ORDER BY died_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+"""
+
+SWEEP_LOCK = """
+-- Take the sweeper's turn for this transaction, if no other replica has it.
+SELECT pg_try_advisory_xact_lock(%(lock_id)s)
+"""
+
+# Every statement above, by name: the manager's whole vocabulary.
+STATEMENTS = {
+    name: value
+    for name, value in dict(globals()).items()
+    if name.isupper() and isinstance(value, str) and value.lstrip().startswith("--")
+}

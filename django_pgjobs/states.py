@@ -1,0 +1,28 @@
+"""The states a live job moves through. Dead is a table (`pgjobs_dead`), not a state."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class JobState(models.TextChoices):
+    """Where a row of `pgjobs_job` stands, and who moves it."""
+
+    PENDING = "pending", "Pending"
+    """Waiting to run. In: enqueue; a retry; a key's trigger promoted after a run; a claim
+    handed back at shutdown; a dead letter requeued. Out: a claim (to running) once
+    `run_after` has passed; the sweeper (to the dead table) once `expires_at` has passed;
+    cancel (deleted)."""
+
+    RUNNING = "running", "Running"
+    """Claimed: `claimed_by` holds the claim's token and `claimed_until` its lease. In: a claim.
+    Out: ack (deleted, or to done); retry (to pending); fail or spent attempts (to the dead
+    table); a lapsed lease (claimable again, or dead-lettered when no attempts are left);
+    cancel (deleted)."""
+
+    DONE = "done", "Done"
+    """Finished, kept only while result retention is on for the job. In: ack. Out: the
+    sweeper deletes it when its retention ends (`purge_at`)."""
+
+
+LIVE_STATES = (JobState.PENDING, JobState.RUNNING)
