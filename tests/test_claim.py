@@ -1,0 +1,242 @@
+"""Claims: one statement (S6), order (S7), stamps (S8), crash recovery (S9)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+
+import pytest
+from django.db import connection
+
+from django_pgjobs import sql
+from django_pgjobs.models import Job
+from tests.helpers import (
+    count,
+    dead_row,
+    execute,
+    lapse,
+    make_due,
+    row,
+    run_threads,
+    seconds_from_now,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+class TestS6ExactlyOnce:
+    def test_s6_claim_is_one_statement(self, django_assert_num_queries) -> None:
+        Job.objects.enqueue_many([{"kind": "demo.task"} for _ in range(5)])
+        with django_assert_num_queries(1):
+            handles = Job.objects.claim_batch("default", 5, "w1")
+        assert len(handles) == 5
+
+    @pytest.mark.django_db(transaction=True)
+    def test_s6_two_workers_race_for_one_row_exactly_one_gets_it(self) -> None:
+        for _ in range(20):
+            execute("DELETE FROM pgjobs_job")
+            job_id = Job.objects.enqueue("demo.task").id
+            got = run_threads(
+                2, lambda i: [h.id for h in Job.objects.claim_batch("default", 1, f"w{i}")]
+            )
+            assert sorted(len(ids) for ids in got) == [0, 1]
+            assert [job_id] in got
+
+    @pytest.mark.django_db(transaction=True)
+    def test_s6_no_claim_lock_is_held_after_the_claim(self) -> None:
+        Job.objects.enqueue("demo.task")
+        (handle,) = Job.objects.claim_batch("default", 1, "w1")
+        # The claim committed: another connection can lock the row without waiting.
+        execute("SET lock_timeout = '100ms'")
+        assert execute("SELECT id FROM pgjobs_job FOR UPDATE NOWAIT") == [(handle.id,)]
+
+    @pytest.mark.django_db(transaction=True)
+    @pytest.mark.parametrize(("threads", "jobs", "batch"), [(6, 40, 1), (8, 5000, 50)])
+    def test_s6_concurrent_drain_claims_and_acks_each_job_exactly_once(
+        self, threads: int, jobs: int, batch: int
+    ) -> None:
+        per_thread = jobs
+        all_ids = [
+            result.id
+            for result in Job.objects.enqueue_many(
+                [{"kind": "demo.task", "payload": {"n": i}} for i in range(threads * per_thread)]
+            )
+        ]
+        lock = threading.Lock()
+        claims: Counter[int] = Counter()
+        acks: Counter[int] = Counter()
+
+        def drain(index: int) -> None:
+            while True:
+                handles = Job.objects.claim_batch("default", batch, f"worker-{index}")
+                if not handles:
+                    return
+                acked = Job.objects.ack_batch(handles)
+                assert acked == len(handles)
+                with lock:
+                    claims.update(h.id for h in handles)
+                    acks.update(h.id for h in handles)
+
+        run_threads(threads, drain, timeout=300)
+        assert set(claims) == set(all_ids)
+        assert max(claims.values()) == 1
+        assert max(acks.values()) == 1
+        assert count() == 0
+
+
+class TestS7Order:
+    def test_s7_priority_desc_then_run_after_then_id(self) -> None:
+        low_old = Job.objects.enqueue("demo.t", priority=-5, delay=0).id
+        high_new = Job.objects.enqueue("demo.t", priority=5).id
+        mid_a = Job.objects.enqueue("demo.t", priority=0).id
+        mid_b = Job.objects.enqueue("demo.t", priority=0).id
+        execute(
+            "UPDATE pgjobs_job SET run_after = now() - interval '1 hour' WHERE id = %s", [mid_b]
+        )
+        execute(
+            "UPDATE pgjobs_job SET run_after = now() - interval '2 hours' WHERE id = %s",
+            [low_old],
+        )
+        order = [h.id for h in Job.objects.claim_batch("default", 10, "w1")]
+        assert order == [high_new, mid_b, mid_a, low_old]
+
+    def test_s7_claims_in_order_one_at_a_time(self) -> None:
+        ids = [Job.objects.enqueue("demo.t", priority=p).id for p in (0, 3, 3, -1, 100, -100, 0)]
+        claimed = []
+        while handle := Job.objects.claim_one("default", "w1"):
+            claimed.append(handle.id)
+        expected = sorted(ids, key=lambda i: (-row(i, "priority")[0], i))
+        assert claimed == expected
+
+    def test_s7_order_holds_across_the_claimers_queues(self) -> None:
+        a_low = Job.objects.enqueue("demo.t", queue="a", priority=1).id
+        b_high = Job.objects.enqueue("demo.t", queue="b", priority=9).id
+        c_other = Job.objects.enqueue("demo.t", queue="c", priority=50).id
+        a_high = Job.objects.enqueue("demo.t", queue="a", priority=9).id
+        execute(
+            "UPDATE pgjobs_job SET run_after = now() - interval '1 minute' WHERE id = %s", [a_high]
+        )
+        order = [h.id for h in Job.objects.claim_batch(["a", "b"], 10, "w1")]
+        assert order == [a_high, b_high, a_low]
+        assert row(c_other, "state") == ("pending",)
+
+    def test_s7_scheduled_jobs_are_not_claimed_until_due(self) -> None:
+        later = Job.objects.enqueue("demo.t", delay=3600).id
+        now = Job.objects.enqueue("demo.t").id
+        assert [h.id for h in Job.objects.claim_batch("default", 10, "w1")] == [now]
+        make_due(later)
+        assert [h.id for h in Job.objects.claim_batch("default", 10, "w1")] == [later]
+
+    def test_s7_n_zero_or_less_returns_nothing_without_a_query(
+        self, django_assert_num_queries
+    ) -> None:
+        Job.objects.enqueue("demo.t")
+        with django_assert_num_queries(0):
+            assert Job.objects.claim_batch("default", 0, "w1") == []
+            assert Job.objects.claim_batch("default", -3, "w1") == []
+        assert row(Job.objects.get().id, "state") == ("pending",)
+
+    def test_s7_claim_walks_the_index_without_sorting_the_backlog(self) -> None:
+        execute(
+            """
+            INSERT INTO pgjobs_job (queue, kind, state, priority, run_after, attempts,
+                                    max_attempts, lease_s, payload, errors, created_at)
+            SELECT 'default', 'bulk', 'pending', g % 3,
+                   now() + CASE WHEN g % 2 = 0 THEN interval '1 day' ELSE -interval '1 day' END
+                         + g * interval '1 ms',
+                   0, 5, 60, '{}', '[]', now()
+            FROM generate_series(1, 30000) AS g
+            """
+        )
+        execute("ANALYZE pgjobs_job")
+        params = {"queues": ["default"], "limit": 50, "worker_id": "w", "errors_kept": 10}
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.CLAIM_JOBS, params)
+            (plan,) = cursor.fetchone()
+        nodes = list(_walk(json.loads(plan) if isinstance(plan, str) else plan))
+        scans = [n for n in nodes if n.get("Relation Name") == "pgjobs_job"]
+        assert not [n for n in scans if n["Node Type"] == "Seq Scan"]
+        # Index scans read a handful of rows per level, never the 30,000-row backlog.
+        assert max(n["Actual Rows"] * n["Actual Loops"] for n in scans) <= 50
+        sorts = [n for n in nodes if n["Node Type"] == "Sort"]
+        assert all(n["Actual Rows"] <= 10 for n in sorts)  # only the priority levels
+
+
+def _walk(plan: object):
+    if isinstance(plan, list):
+        for item in plan:
+            yield from _walk(item)
+    elif isinstance(plan, dict):
+        if "Node Type" in plan:
+            yield plan
+        for value in plan.values():
+            if isinstance(value, list | dict):
+                yield from _walk(value)
+
+
+class TestS8Stamps:
+    def test_s8_claim_stamps_attempt_token_worker_and_lease(self) -> None:
+        job_id = Job.objects.enqueue("demo.t", lease=45).id
+        (handle,) = Job.objects.claim_batch("default", 1, "host:1:abc")
+        attempts, token, worker, claimed_at, until, state = row(
+            job_id, "attempts", "claimed_by", "worker_id", "claimed_at", "claimed_until", "state"
+        )
+        assert (attempts, state, worker) == (1, "running", "host:1:abc")
+        assert token == handle.token and handle.attempt == 1
+        assert (until - claimed_at).total_seconds() == 45
+        assert handle.claimed_until == until
+
+    def test_s8_each_claim_gets_a_fresh_token(self) -> None:
+        Job.objects.enqueue("demo.t")
+        first = Job.objects.claim_one("default", "w1")
+        lapse(first.id)
+        second = Job.objects.claim_one("default", "w2")
+        assert second.id == first.id and second.token != first.token
+        assert second.attempt == 2
+
+
+class TestS9Recovery:
+    def test_s9_lapsed_job_is_claimable_again_and_consumes_an_attempt(self) -> None:
+        job_id = Job.objects.enqueue("demo.t", max_attempts=3).id
+        first = Job.objects.claim_one("default", "w1")
+        assert Job.objects.claim_one("default", "w2") is None  # lease still valid
+        lapse(job_id)
+        second = Job.objects.claim_one("default", "w2")
+        assert (second.id, second.attempt, second.worker_id) == (job_id, 2, "w2")
+        errors = row(job_id, "errors")[0]
+        assert errors[-1]["error"] == "lease lapsed" and errors[-1]["attempt"] == 1
+        assert errors[-1]["worker_id"] == "w1"
+        assert not first.ack()
+
+    def test_s9_lapsed_job_with_no_attempts_left_is_dead_lettered_before_the_claim(
+        self,
+    ) -> None:
+        job_id = Job.objects.enqueue("demo.t", max_attempts=1).id
+        Job.objects.claim_one("default", "w1")
+        lapse(job_id)
+        assert Job.objects.claim_one("default", "w2") is None
+        assert row(job_id, "id") is None
+        reason, attempts, last_error = dead_row(job_id, "reason", "attempts", "last_error")
+        assert (reason, attempts, last_error) == ("max attempts exceeded", 1, "lease lapsed")
+
+    def test_s9_pre_claim_burial_does_not_cost_other_jobs_their_claim(self) -> None:
+        spent = Job.objects.enqueue("demo.t", max_attempts=1).id
+        Job.objects.claim_one("default", "w1")
+        lapse(spent)
+        fresh = Job.objects.enqueue("demo.t").id
+        assert [h.id for h in Job.objects.claim_batch("default", 5, "w2")] == [fresh]
+        assert dead_row(spent, "reason") == ("max attempts exceeded",)
+
+    def test_s9_lapsed_claims_come_back_to_any_queue_claimer_of_theirs_only(self) -> None:
+        job_id = Job.objects.enqueue("demo.t", queue="mail").id
+        Job.objects.claim_one("mail", "w1")
+        lapse(job_id)
+        assert Job.objects.claim_one("default", "w2") is None
+        assert Job.objects.claim_one("mail", "w2").id == job_id
+
+    def test_s9_lease_is_stamped_from_the_row(self) -> None:
+        job_id = Job.objects.enqueue("demo.t", lease=7).id
+        Job.objects.claim_one("default", "w1")
+        assert 6 < seconds_from_now("claimed_until", job_id) <= 7
+        assert count("pgjobs_dead") == 0

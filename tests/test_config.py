@@ -1,0 +1,92 @@
+"""Settings, system checks and the DATABASE_URL parser."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.checks import run_checks
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from django_pgjobs.conf import Settings, pgjobs_settings
+from django_pgjobs.localdb import database_settings
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    with override_settings(PGJOBS={}):
+        options = pgjobs_settings.queue_options("anything")
+    assert options.lease_s == 60 and options.max_attempts == 10
+    assert (options.backoff_base_s, options.backoff_cap_s) == (10, 3600)
+    assert options.expires_s is None and options.result_retention_s is None
+    assert options.dead_retention_s == 30 * 86400 and options.priority == 0
+    assert Settings.CHANNEL == "pgjobs" and Settings.NOTIFY is True
+
+
+def test_settings_are_read_at_access_time() -> None:
+    with override_settings(PGJOBS={"LEASE": timedelta(minutes=2), "QUEUES": {"q": {"LEASE": 5}}}):
+        assert pgjobs_settings.queue_options("other").lease_s == 120
+        assert pgjobs_settings.queue_options("q").lease_s == 5
+    assert pgjobs_settings.queue_options("q").lease_s == 60
+
+
+@pytest.mark.parametrize(
+    ("pgjobs", "message"),
+    [
+        ({"LEASE": 0}, "LEASE"),
+        ({"MAX_ATTEMPTS": 0}, "MAX_ATTEMPTS"),
+        ({"BACKOFF_BASE": 10, "BACKOFF_CAP": 5}, "BACKOFF_CAP"),
+        ({"PRIORITY": 300}, "PRIORITY"),
+        ({"QUEUES": {"q": {"LAESE": 5}}}, "unknown keys"),
+        ({"QUEUES": {"q": {"LEASE": "long"}}}, r"\['q'\]\['LEASE'\]"),
+        ({"QUEUES": []}, "QUEUES"),
+        ({"NOTIFY": "yes"}, "NOTIFY"),
+        ({"CHANEL": "x"}, "unknown keys"),
+        ({"DEAD_RETENTION": -1}, "DEAD_RETENTION"),
+        ({"SWEEP_BATCH": 0}, "SWEEP_BATCH"),
+    ],
+)
+def test_invalid_settings_fail_the_system_check(pgjobs: dict, message: str) -> None:
+    with override_settings(PGJOBS=pgjobs):
+        with pytest.raises(ImproperlyConfigured, match=message):
+            pgjobs_settings.validate()
+        errors = [e for e in run_checks() if e.id == "pgjobs.E002"]
+    assert len(errors) == 1
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_a_database_that_is_not_postgresql_fails_the_system_check() -> None:
+    databases = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+    with override_settings(DATABASES=databases):
+        from django_pgjobs.checks import check_database
+
+        (error,) = check_database()
+    assert error.id == "pgjobs.E001" and "PostgreSQL" in error.msg
+
+
+def test_an_unknown_jobs_database_fails_the_system_check() -> None:
+    from django_pgjobs.checks import check_database
+
+    with override_settings(PGJOBS={"DATABASE": "jobs"}):
+        (error,) = check_database()
+    assert error.id == "pgjobs.E001" and "'jobs'" in error.msg
+
+
+def test_the_suites_configuration_passes_every_check() -> None:
+    assert [e for e in run_checks() if e.id.startswith("pgjobs.")] == []
+
+
+def test_database_settings_from_url() -> None:
+    parsed = database_settings("postgresql://us%40er:p%2Fw@db.example:6543/app?sslmode=require")
+    assert parsed == {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "app",
+        "USER": "us@er",
+        "PASSWORD": "p/w",
+        "HOST": "db.example",
+        "PORT": "6543",
+        "OPTIONS": {"sslmode": "require"},
+    }
+    assert database_settings("postgres://localhost")["NAME"] == "postgres"
+    with pytest.raises(ValueError, match="postgresql://"):
+        database_settings("mysql://localhost/db")

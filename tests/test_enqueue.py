@@ -1,0 +1,299 @@
+"""Enqueue: transactions (S1), option resolution (S2), keys (S3), bulk (S5), wake-up (S23)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.db import transaction
+from django.test import override_settings
+
+from django_pgjobs import registry
+from django_pgjobs.models import Job
+from django_pgjobs.registry import JobDefinition
+from tests.helpers import count, execute, other_connection, row, run_threads, seconds_from_now
+
+pytestmark = pytest.mark.django_db
+
+
+class TestS1Transactions:
+    @pytest.mark.django_db(transaction=True)
+    def test_s1_enqueue_in_rolled_back_transaction_leaves_no_job(self) -> None:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            Job.objects.enqueue("demo.task", {"n": 1})
+            raise RuntimeError("the request failed")
+        assert count() == 0
+
+    @pytest.mark.django_db(transaction=True)
+    def test_s1_job_invisible_and_unclaimable_until_commit(self) -> None:
+        with other_connection() as other:
+            with transaction.atomic():
+                job_id = Job.objects.enqueue("demo.task", {"n": 1}).id
+                seen = other.execute("SELECT count(*) FROM pgjobs_job").fetchone()
+                assert seen == (0,)
+                claimed = _claim_on(other, "default")
+                assert claimed == []
+            assert other.execute("SELECT id FROM pgjobs_job").fetchall() == [(job_id,)]
+            assert _claim_on(other, "default") == [job_id]
+
+    @pytest.mark.django_db(transaction=True)
+    def test_s1_enqueue_is_one_insert_on_the_callers_connection(self) -> None:
+        with transaction.atomic():
+            Job.objects.enqueue("demo.task")
+            # Same connection, same transaction: the row is visible here before commit.
+            assert count() == 1
+            transaction.set_rollback(True)
+        assert count() == 0
+
+
+def _claim_on(conn: psycopg.Connection, queue: str) -> list[int]:
+    """Claim with a bare connection, the way another worker process would."""
+    from django_pgjobs import sql
+
+    params = {"queues": [queue], "limit": 10, "worker_id": "other", "errors_kept": 10}
+    with conn.cursor() as cursor:
+        cursor.execute(sql.CLAIM_JOBS, params)
+        return [r[0] for r in cursor.fetchall()]
+
+
+class TestS2Resolution:
+    def test_s2_app_defaults(self) -> None:
+        job_id = Job.objects.enqueue("demo.task").id
+        assert row(job_id, "queue", "priority", "max_attempts", "lease_s", "expires_at") == (
+            "default",
+            0,
+            10,
+            60,
+            None,
+        )
+
+    @override_settings(
+        PGJOBS={
+            "LEASE": 30,
+            "QUEUES": {"mail": {"LEASE": 90, "MAX_ATTEMPTS": 4, "PRIORITY": 5, "EXPIRES": 600}},
+        }
+    )
+    def test_s2_queue_settings_over_app_defaults(self) -> None:
+        job_id = Job.objects.enqueue("demo.task", queue="mail").id
+        assert row(job_id, "priority", "max_attempts", "lease_s") == (5, 4, 90)
+        assert 599 < seconds_from_now("expires_at", job_id) <= 600
+        other = Job.objects.enqueue("demo.task").id
+        assert row(other, "lease_s") == (30,)
+
+    @override_settings(PGJOBS={"QUEUES": {"mail": {"LEASE": 90, "MAX_ATTEMPTS": 4}}})
+    def test_s2_decorator_over_queue_settings_and_explicit_over_decorator(self) -> None:
+        registry.register(
+            JobDefinition(
+                kind="demo.decorated",
+                func=_noop,
+                defaults={"queue": "mail", "max_attempts": 7, "priority": 3},
+            )
+        )
+        try:
+            by_decorator = Job.objects.enqueue("demo.decorated").id
+            assert row(by_decorator, "queue", "max_attempts", "priority", "lease_s") == (
+                "mail",
+                7,
+                3,
+                90,
+            )
+            explicit = Job.objects.enqueue(
+                "demo.decorated", queue="default", max_attempts=2, priority=-4, lease=5
+            ).id
+            assert row(explicit, "queue", "max_attempts", "priority", "lease_s") == (
+                "default",
+                2,
+                -4,
+                5,
+            )
+        finally:
+            registry.unregister("demo.decorated")
+
+    def test_s2_delay_wins_over_run_after(self) -> None:
+        far = execute("SELECT now() + interval '1 day'")[0][0]
+        job_id = Job.objects.enqueue("demo.task", run_after=far, delay=10).id
+        assert 9 < seconds_from_now("run_after", job_id) <= 10
+
+    def test_s2_run_after_is_stored_as_given(self) -> None:
+        at = execute("SELECT date_trunc('second', now()) + interval '2 hours'")[0][0]
+        job_id = Job.objects.enqueue("demo.task", run_after=at).id
+        assert row(job_id, "run_after") == (at,)
+
+    def test_s2_expires_counts_from_enqueue_and_lease_rounds_up(self) -> None:
+        job_id = Job.objects.enqueue("demo.task", expires=timedelta(minutes=5), lease=1.2).id
+        assert 299 < seconds_from_now("expires_at", job_id) <= 300
+        assert row(job_id, "lease_s") == (2,)
+
+    def test_s2_get_job_shows_the_resolved_values(self) -> None:
+        job_id = Job.objects.enqueue("demo.task", {"a": [1, 2]}, priority=9, max_attempts=3).id
+        record = Job.objects.get_job(job_id)
+        assert record is not None
+        assert (record.priority, record.max_attempts, record.lease_s) == (9, 3, 60)
+        assert record.payload == {"a": [1, 2]}
+        assert record.state == "pending"
+
+
+def _noop(**payload: object) -> None:
+    return None
+
+
+class TestS3Keys:
+    def test_s3_replace_merges_payload_and_schedule(self) -> None:
+        first = Job.objects.enqueue("demo.sync", {"v": 1}, key="account:7", delay=60)
+        second = Job.objects.enqueue("demo.sync", {"v": 2}, key="account:7", delay=5)
+        assert first.inserted and second.merged and second.id == first.id
+        assert count() == 1
+        assert row(first.id, "payload")[0] == {"v": 2}
+        assert 4 < seconds_from_now("run_after", first.id) <= 5
+
+    def test_s3_keep_schedule_replaces_payload_keeps_run_after(self) -> None:
+        first = Job.objects.enqueue("demo.sync", {"v": 1}, key="k", delay=60)
+        again = Job.objects.enqueue(
+            "demo.sync", {"v": 2}, key="k", delay=1, on_conflict="keep_schedule"
+        )
+        assert again == (first.id, False)
+        assert row(first.id, "payload")[0] == {"v": 2}
+        assert 59 < seconds_from_now("run_after", first.id) <= 60
+
+    def test_s3_ignore_changes_nothing(self) -> None:
+        first = Job.objects.enqueue("demo.sync", {"v": 1}, key="k", delay=60)
+        again = Job.objects.enqueue("demo.sync", {"v": 2}, key="k", delay=1, on_conflict="ignore")
+        assert again == (first.id, False)
+        assert row(first.id, "payload")[0] == {"v": 1}
+        assert 59 < seconds_from_now("run_after", first.id) <= 60
+
+    def test_s3_keys_are_per_kind_and_null_keys_never_merge(self) -> None:
+        a = Job.objects.enqueue("demo.a", key="same").id
+        b = Job.objects.enqueue("demo.b", key="same").id
+        c = Job.objects.enqueue("demo.a").id
+        d = Job.objects.enqueue("demo.a").id
+        assert len({a, b, c, d}) == 4
+
+    def test_s3_trigger_while_running_is_stored_not_inserted(self) -> None:
+        job_id = Job.objects.enqueue("demo.sync", {"v": 1}, key="k").id
+        (handle,) = Job.objects.claim_batch("default", 1, "w1")
+        again = Job.objects.enqueue("demo.sync", {"v": 2}, key="k", delay=30)
+        assert again == (job_id, False)
+        assert count() == 1
+        state, payload, rerun_payload = row(job_id, "state", "payload", "rerun_payload")
+        assert (state, payload, rerun_payload) == ("running", {"v": 1}, {"v": 2})
+        assert 29 < seconds_from_now("rerun_after", job_id) <= 30
+        assert handle.payload == {"v": 1}
+
+    def test_s3_a_finished_key_can_be_enqueued_again(self) -> None:
+        first = Job.objects.enqueue("demo.sync", key="k").id
+        (handle,) = Job.objects.claim_batch("default", 1, "w1")
+        assert handle.ack()
+        second = Job.objects.enqueue("demo.sync", key="k")
+        assert second.inserted and second.id != first
+
+    @pytest.mark.django_db(transaction=True)
+    def test_s3_sixteen_threads_enqueue_one_key_at_once(self) -> None:
+        def enqueue(index: int) -> tuple[int, bool]:
+            return Job.objects.enqueue("demo.sync", {"from": index}, key="hot")
+
+        results = run_threads(16, enqueue)
+        assert count() == 1
+        assert len({job_id for job_id, _ in results}) == 1
+        assert sum(inserted for _, inserted in results) == 1
+
+    @pytest.mark.django_db(transaction=True)
+    def test_s3_racing_transactions_on_one_key_all_commit_into_one_row(self) -> None:
+        def enqueue(index: int) -> int:
+            with transaction.atomic():
+                result = Job.objects.enqueue("demo.sync", {"from": index}, key="hot")
+                execute("SELECT pg_sleep(0.01)")
+            return result.id
+
+        ids = run_threads(8, enqueue)
+        assert len(set(ids)) == 1
+        assert count() == 1
+
+
+class TestS5Bulk:
+    def test_s5_enqueue_many_writes_rows_in_order(self) -> None:
+        results = Job.objects.enqueue_many(
+            [{"kind": "demo.bulk", "payload": {"i": i}, "priority": i % 3} for i in range(50)]
+        )
+        assert len(results) == 50 and all(result.inserted for result in results)
+        for i, result in enumerate(results):
+            assert row(result.id, "payload", "priority") == ({"i": i}, i % 3)
+
+    def test_s5_enqueue_many_is_one_statement(self, django_assert_num_queries) -> None:
+        with django_assert_num_queries(1):
+            Job.objects.enqueue_many([{"kind": "demo.bulk"} for _ in range(200)])
+        assert count() == 200
+
+    def test_s5_enqueue_many_merges_keys_like_enqueue(self) -> None:
+        live = Job.objects.enqueue("demo.sync", {"v": 0}, key="a", delay=100).id
+        results = Job.objects.enqueue_many(
+            [
+                {"kind": "demo.sync", "key": "a", "payload": {"v": 1}},
+                {"kind": "demo.sync", "key": "b", "payload": {"v": 2}},
+                {"kind": "demo.sync", "key": "b", "payload": {"v": 3}, "delay": 9},
+                {"kind": "demo.sync", "payload": {"v": 4}},
+            ]
+        )
+        assert results[0] == (live, False)
+        assert results[1].inserted and results[2] == (results[1].id, False)
+        assert results[3].inserted
+        assert row(live, "payload")[0] == {"v": 1}
+        assert row(results[1].id, "payload")[0] == {"v": 3}
+        assert 8 < seconds_from_now("run_after", results[1].id) <= 9
+        assert count() == 3
+
+    def test_s5_enqueue_many_validates_everything_first(self) -> None:
+        from django_pgjobs.exceptions import InvalidPriority
+
+        with pytest.raises(InvalidPriority, match=r"jobs\[1\]"):
+            Job.objects.enqueue_many([{"kind": "demo.ok"}, {"kind": "demo.bad", "priority": 500}])
+        assert count() == 0
+
+    def test_s5_enqueue_many_of_nothing_writes_nothing(self, django_assert_num_queries) -> None:
+        with django_assert_num_queries(0):
+            assert Job.objects.enqueue_many([]) == []
+
+
+@pytest.mark.django_db(transaction=True)
+class TestS23Notify:
+    def test_s23_runnable_enqueue_notifies_its_queue_at_commit(self) -> None:
+        with other_connection() as listener:
+            listener.execute("LISTEN pgjobs")
+            with transaction.atomic():
+                Job.objects.enqueue("demo.task", queue="mail")
+                Job.objects.enqueue("demo.task", queue="mail")
+                Job.objects.enqueue("demo.task", queue="other")
+                assert list(listener.notifies(timeout=0.2, stop_after=1)) == []
+            received = [n.payload for n in listener.notifies(timeout=1, stop_after=2)]
+            # PostgreSQL folds identical payloads of one transaction: one per queue.
+            assert sorted(received) == ["mail", "other"]
+            assert list(listener.notifies(timeout=0.2, stop_after=1)) == []
+
+    def test_s23_scheduled_enqueue_sends_nothing(self) -> None:
+        with other_connection() as listener:
+            listener.execute("LISTEN pgjobs")
+            Job.objects.enqueue("demo.task", delay=60)
+            assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
+
+    def test_s23_bulk_enqueue_sends_one_notify_per_queue(self) -> None:
+        with other_connection() as listener:
+            listener.execute("LISTEN pgjobs")
+            Job.objects.enqueue_many([{"kind": "demo.bulk"} for _ in range(500)])
+            received = [n.payload for n in listener.notifies(timeout=0.5, stop_after=3)]
+            assert received == ["default"]
+
+    def test_s23_rolled_back_enqueue_sends_nothing(self) -> None:
+        with other_connection() as listener:
+            listener.execute("LISTEN pgjobs")
+            with transaction.atomic():
+                Job.objects.enqueue("demo.task")
+                transaction.set_rollback(True)
+            assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
+
+    def test_s23_notify_can_be_switched_off(self) -> None:
+        with other_connection() as listener, override_settings(PGJOBS={"NOTIFY": False}):
+            listener.execute("LISTEN pgjobs")
+            Job.objects.enqueue("demo.task")
+            assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
+        assert count() == 1

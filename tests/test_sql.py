@@ -1,0 +1,117 @@
+"""Every statement in sql.py runs against the real schema and names its real tables."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from django_pgjobs import sql
+from django_pgjobs.models import DeadJob, Job
+
+pytestmark = pytest.mark.django_db
+
+TOKEN = uuid.uuid4()
+WAKE = {"channel": "pgjobs", "notify": True}
+ONE_JOB = {
+    "queue": "default",
+    "kind": "demo.t",
+    "key": None,
+    "payload": "{}",
+    "priority": 0,
+    "delay_s": None,
+    "run_after": None,
+    "max_attempts": 3,
+    "lease_s": 30,
+    "expires_s": None,
+    "result_ttl_s": None,
+    "on_conflict": "replace",
+}
+SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
+    "ENQUEUE_JOB": {**ONE_JOB, **WAKE},
+    "ENQUEUE_JOBS": {
+        **{name: [value] for name, value in ONE_JOB.items() if name != "on_conflict"},
+        "queues": ["default"],
+        "kinds": ["demo.t"],
+        "keys": [None],
+        "priorities": [0],
+        "delays_s": [None],
+        "run_afters": [None],
+        "leases_s": [30],
+        "payloads": ["{}"],
+        "result_ttls_s": [None],
+        "on_conflict": "replace",
+        **WAKE,
+    },
+    "CLAIM_JOBS": {"queues": ["default"], "limit": 5, "worker_id": "w", "errors_kept": 10},
+    "ACK_JOBS": {"ids": [1], "tokens": [TOKEN], "results": [None], **WAKE},
+    "RETRY_JOBS": {
+        "ids": [1],
+        "tokens": [TOKEN],
+        "errors": ["e"],
+        "tracebacks": [None],
+        "exceptions": [None],
+        "delays_s": [1.0],
+        "errors_kept": 10,
+        **WAKE,
+    },
+    "FAIL_JOBS": {
+        "ids": [1],
+        "tokens": [TOKEN],
+        "errors": ["e"],
+        "tracebacks": [None],
+        "exceptions": [None],
+        "errors_kept": 10,
+        **WAKE,
+    },
+    "RELEASE_JOBS": {"ids": [1], "tokens": [TOKEN], **WAKE},
+    "HEARTBEAT_JOBS": {"ids": [1], "tokens": [TOKEN], "extends_s": [10.0]},
+    "HEARTBEAT_UNLOCKED_JOBS": {"ids": [1], "tokens": [TOKEN], "extends_s": [10.0]},
+    "LOCK_CURRENT_CLAIM": {"id": 1, "token": TOKEN},
+    "CANCEL_JOB": {"id": 1},
+    "REQUEUE_DEAD_JOB": {"id": 1, **WAKE},
+    "NEXT_SCHEDULED_IN": {"queues": ["default"]},
+    "SWEEP_EXPIRED": {"limit": 10, "errors_kept": 10, **WAKE},
+    "SWEEP_LAPSED_EXHAUSTED": {"limit": 10, "errors_kept": 10, **WAKE},
+    "PRUNE_DONE": {"limit": 10},
+    "PRUNE_DEAD_IN_QUEUES": {"queues": ["default"], "retention_s": 60.0, "limit": 10},
+    "PRUNE_DEAD_OUTSIDE_QUEUES": {"queues": ["default"], "retention_s": 60.0, "limit": 10},
+    "SWEEP_LOCK": {"lock_id": 1},
+}
+
+
+TABLELESS = {"SWEEP_LOCK"}
+
+
+def test_every_statement_has_sample_parameters() -> None:
+    assert set(sql.STATEMENTS) == set(SAMPLE_PARAMS)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLE_PARAMS))
+def test_statement_runs_against_the_schema(name: str) -> None:
+    statement = sql.STATEMENTS[name]
+    used = set(re.findall(r"%\((\w+)\)s", statement))
+    assert used <= set(SAMPLE_PARAMS[name])
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(statement, SAMPLE_PARAMS[name])
+        transaction.set_rollback(True)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLE_PARAMS))
+def test_statement_names_only_the_models_tables_and_opens_with_a_comment(name: str) -> None:
+    statement = sql.STATEMENTS[name]
+    assert statement.lstrip().startswith("-- ")
+    tables = set(re.findall(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(pgjobs_\w+)", statement))
+    assert bool(tables) == (name not in TABLELESS)
+    assert tables <= {Job._meta.db_table, DeadJob._meta.db_table}
+    assert Job._meta.db_table == sql.JOB_TABLE and DeadJob._meta.db_table == sql.DEAD_TABLE
+
+
+def test_no_statement_uses_a_python_timestamp() -> None:
+    for name in sql.STATEMENTS:
+        params = SAMPLE_PARAMS[name]
+        # The only timestamp a caller passes is an explicit run_after chosen by the user.
+        assert {"now", "at", "timestamp"}.isdisjoint(params), name
