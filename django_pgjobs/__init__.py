@@ -1,20 +1,24 @@
 """django_pgjobs: a durable job queue in your own PostgreSQL database.
 
-Importing this package touches neither settings nor models; `Retry`, `Fail` and
+Importing this package touches neither settings nor models; `job`, `Retry`, `Fail` and
 `LeaseLost` are resolved on first use, so the package can sit in INSTALLED_APPS.
 """
 
 from __future__ import annotations
 
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names below are imported lazily at run time
+    from django_pgjobs.decorators import job
+    from django_pgjobs.exceptions import Fail, LeaseLost, Retry
 
 try:
     __version__ = metadata.version("django-pgjobs")
 except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
-__all__ = ["Fail", "LeaseLost", "Retry", "__version__"]
+__all__ = ["Fail", "LeaseLost", "Retry", "__version__", "job"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,4 +26,8 @@ def __getattr__(name: str) -> Any:
         from django_pgjobs import exceptions
 
         return getattr(exceptions, name)
+    if name == "job":
+        from django_pgjobs.decorators import job
+
+        return job
     raise AttributeError(f"module 'django_pgjobs' has no attribute {name!r}")

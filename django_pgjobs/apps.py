@@ -12,4 +12,10 @@ class PgJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.utils.module_loading import autodiscover_modules
+
         from django_pgjobs import checks  # noqa: F401  (registers the system checks)
+
+        # Register every app's jobs.py, so that the decorator defaults of a kind (S2)
+        # apply wherever it is enqueued, and so that workers know every kind.
+        autodiscover_modules("jobs")

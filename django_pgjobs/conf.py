@@ -82,9 +82,19 @@ class Settings:
     #: Failed attempts kept in a job's `errors` history (the oldest are dropped).
     ERRORS_KEPT: int = 10
 
+    # Workers (runjobs options default to these)
+    #: Handler threads per worker process, and the most jobs it holds at once.
+    CONCURRENCY: int = 10
+    #: Seconds between polls when no notification arrives (the safety net).
+    POLL_INTERVAL: float = 2.0
+    #: Seconds in-flight jobs get to finish after SIGTERM before their claims go back.
+    SHUTDOWN_GRACE: float = 30.0
+
     # Maintenance
     #: Rows moved or deleted per statement by the sweeper.
     SWEEP_BATCH: int = 1000
+    #: Seconds between sweeps in each worker (replicas take turns; 0 switches it off).
+    SWEEP_INTERVAL: float = 60.0
 
     def __getattribute__(self, name: str) -> Any:
         if name.isupper():
@@ -168,10 +178,16 @@ class Settings:
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be a non-empty string.")
         if not isinstance(self.NOTIFY, bool):
             raise ImproperlyConfigured("PGJOBS['NOTIFY'] must be True or False.")
-        for name in ("MAX_PAYLOAD_BYTES", "ERRORS_KEPT", "SWEEP_BATCH"):
+        for name in ("MAX_PAYLOAD_BYTES", "ERRORS_KEPT", "SWEEP_BATCH", "CONCURRENCY"):
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be a whole number >= 1.")
+        for name in ("POLL_INTERVAL",):
+            if seconds(getattr(self, name), f"PGJOBS[{name!r}]") <= 0:
+                raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be positive.")
+        for name in ("SHUTDOWN_GRACE", "SWEEP_INTERVAL"):
+            if seconds(getattr(self, name), f"PGJOBS[{name!r}]") < 0:
+                raise ImproperlyConfigured(f"PGJOBS[{name!r}] must not be negative.")
         queues = self.QUEUES
         if not isinstance(queues, dict):
             raise ImproperlyConfigured("PGJOBS['QUEUES'] must be a dict of queue name to dict.")

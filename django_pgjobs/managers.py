@@ -17,7 +17,7 @@ from django.db import connections, models, transaction
 
 from django_pgjobs import options, registry, sql
 from django_pgjobs.conf import pgjobs_settings
-from django_pgjobs.exceptions import InvalidJobOption, InvalidPayload, InvalidSchedule
+from django_pgjobs.exceptions import InvalidJobOption, InvalidSchedule
 from django_pgjobs.handles import Failure, JobHandle
 from django_pgjobs.options import UNSET
 
@@ -312,7 +312,7 @@ class JobManager(models.Manager["Job"]):
             results = [None] * len(handles)
         if len(results) != len(handles):
             raise ValueError("ack_batch needs one result per handle.")
-        encoded = [_encode_result(result) for result in results]
+        encoded = [options.encode_result(result) for result in results]
         params = {
             "ids": [handle.id for handle in handles],
             "tokens": [handle.token for handle in handles],
@@ -543,15 +543,6 @@ def _rowcount(statement: str, params: Mapping[str, Any], using: str | None) -> i
 
 #: Advisory lock key of the sweeper: "pgjobs" as a number, so other locks rarely clash.
 SWEEP_LOCK_ID = int.from_bytes(b"pgjobsSW", "big") & 0x7FFF_FFFF_FFFF_FFFF
-
-
-def _encode_result(result: Any) -> str | None:
-    if result is None:
-        return None
-    try:
-        return json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as error:
-        raise InvalidPayload(f"A job's result must be JSON: {error}.") from None
 
 
 def _retry_delay(handle: JobHandle, delay: float | timedelta | None) -> float:

@@ -352,14 +352,27 @@ def encode_payload(payload: Any) -> str:
     return text
 
 
+def encode_result(result: Any) -> str | None:
+    """Return a job's result as JSON text (None for None), or raise InvalidPayload."""
+    if result is None:
+        return None
+    _check_json_value(result, "result", 0)
+    text = json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise exceptions.InvalidPayload(
+            "The result holds a string that is not valid Unicode text (a lone surrogate)."
+        ) from None
+    return text
+
+
 _SCALARS = (str, int, float, bool, type(None))
 
 
 def _check_json_value(value: Any, path: str, depth: int) -> None:
     if depth > PAYLOAD_MAX_DEPTH:
-        raise exceptions.InvalidPayload(
-            f"Payload is nested deeper than {PAYLOAD_MAX_DEPTH} levels (at {path})."
-        )
+        raise exceptions.InvalidPayload(f"{path} is nested deeper than {PAYLOAD_MAX_DEPTH} levels.")
     if isinstance(value, dict):
         for item_key, item in value.items():
             if not isinstance(item_key, str):
@@ -382,7 +395,7 @@ def _check_json_value(value: Any, path: str, depth: int) -> None:
             )
     elif not isinstance(value, _SCALARS):
         raise exceptions.InvalidPayload(
-            f"{path} is a {type(value).__name__}, which is not JSON; pass plain data "
+            f"{path} is a {type(value).__name__}, which is not JSON; use plain data "
             "(str, int, float, bool, None, list, dict)."
         )
 

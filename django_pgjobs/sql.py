@@ -375,13 +375,14 @@ SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM promoted), (SELECT cou
 
 RELEASE_JOBS = f"""
 -- Hand claims back at shutdown (S25): pending again with the attempt refunded, or the
--- pending trigger promoted; wake the workers of their queues.
+-- pending trigger promoted; wake the workers of their queues. A row a still-running
+-- transaction holds is skipped: it comes back when its lease lapses.
 WITH target AS (
     SELECT j.id, j.rerun_payload IS NOT NULL AS has_rerun
     FROM pgjobs_job AS j
     JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token) ON j.id = t.id
     WHERE {_CLAIM_IS_CURRENT}
-    FOR UPDATE OF j
+    FOR UPDATE OF j SKIP LOCKED
 ),
 released AS (
     UPDATE pgjobs_job AS j
@@ -607,6 +608,11 @@ WHERE id IN (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
+"""
+
+LISTEN_CHANNEL = """
+-- Subscribe this connection to the wake-up channel (S23); {channel} is an identifier.
+LISTEN {channel}
 """
 
 SWEEP_LOCK = """

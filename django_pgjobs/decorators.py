@@ -1,0 +1,228 @@
+"""`@job`: register a function as a job kind with its defaults.
+
+from django_pgjobs import job
+
+@job(queue="emails", max_attempts=5)
+def send_welcome(ctx, user_id):
+    ...
+
+send_welcome.enqueue(user_id=7)                        # payload {"user_id": 7}
+send_welcome.using(delay=60, priority=5).enqueue(user_id=7)
+send_welcome(ctx, user_id=7)                           # still a plain function
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from django_pgjobs import options
+from django_pgjobs.options import UNSET
+from django_pgjobs.registry import JobDefinition, register
+from django_pgjobs.retry import Backoff
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: First parameter names that ask for the claim's context.
+CONTEXT_PARAMETERS = ("ctx", "context")
+
+
+class JobFunction(Generic[P, R]):
+    """A registered job: still callable as the plain function, and enqueueable."""
+
+    def __init__(
+        self, definition: JobDefinition, enqueue_options: Mapping[str, Any] | None = None
+    ) -> None:
+        self.definition = definition
+        self.enqueue_options: Mapping[str, Any] = dict(enqueue_options or {})
+        functools.update_wrapper(self, definition.func)
+
+    def __repr__(self) -> str:
+        return f"<job {self.definition.kind}>"
+
+    @property
+    def kind(self) -> str:
+        return self.definition.kind
+
+    @property
+    def func(self) -> Callable[P, R]:
+        return self.definition.func
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        function: Callable[P, R] = self.definition.func
+        return function(*args, **kwargs)
+
+    def using(
+        self,
+        *,
+        queue: str = UNSET,
+        key: str | None = UNSET,
+        on_conflict: str = UNSET,
+        priority: int = UNSET,
+        run_after: datetime | None = UNSET,
+        delay: float | timedelta | None = UNSET,
+        max_attempts: int = UNSET,
+        lease: float | timedelta = UNSET,
+        expires: float | timedelta | None = UNSET,
+        result_retention: float | timedelta | None = UNSET,
+        using: str | None = UNSET,
+    ) -> JobFunction[P, R]:
+        """Return this job with enqueue options set (the payload stays for `enqueue`)."""
+        given = {
+            name: value
+            for name, value in {
+                "queue": queue,
+                "key": key,
+                "on_conflict": on_conflict,
+                "priority": priority,
+                "run_after": run_after,
+                "delay": delay,
+                "max_attempts": max_attempts,
+                "lease": lease,
+                "expires": expires,
+                "result_retention": result_retention,
+                "using": using,
+            }.items()
+            if value is not UNSET
+        }
+        return JobFunction(self.definition, {**self.enqueue_options, **given})
+
+    def enqueue(self, **payload: Any) -> Any:
+        """Enqueue this job with `payload` as its keyword arguments (S1: in the caller's
+        transaction). Options come from `using(...)`, then the decorator, then settings.
+
+        Returns:
+            EnqueueResult(id, inserted).
+        """
+        from django_pgjobs.models import Job
+
+        enqueue_options = dict(self.enqueue_options)
+        if "key" not in enqueue_options and self.definition.key is not None:
+            enqueue_options["key"] = self.definition.key(payload)
+        if "on_conflict" not in enqueue_options and self.definition.on_conflict is not None:
+            enqueue_options["on_conflict"] = self.definition.on_conflict
+        return Job.objects.enqueue(self.definition.kind, payload, **enqueue_options)
+
+
+@overload
+def job(func: Callable[P, R], /) -> JobFunction[P, R]: ...
+
+
+@overload
+def job(
+    *,
+    name: str | None = None,
+    queue: str = UNSET,
+    priority: int = UNSET,
+    max_attempts: int = UNSET,
+    lease: float | timedelta = UNSET,
+    expires: float | timedelta | None = UNSET,
+    result_retention: float | timedelta | None = UNSET,
+    backoff: Backoff | tuple[int, int] | None = None,
+    key: Callable[[dict[str, Any]], str | None] | None = None,
+    on_conflict: str | None = None,
+    atomic: bool = False,
+    takes_context: bool | None = None,
+) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
+
+
+def job(
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str = UNSET,
+    priority: int = UNSET,
+    max_attempts: int = UNSET,
+    lease: float | timedelta = UNSET,
+    expires: float | timedelta | None = UNSET,
+    result_retention: float | timedelta | None = UNSET,
+    backoff: Backoff | tuple[int, int] | None = None,
+    key: Callable[[dict[str, Any]], str | None] | None = None,
+    on_conflict: str | None = None,
+    atomic: bool = False,
+    takes_context: bool | None = None,
+) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
+    """Register a function as a job kind.
+
+    Args:
+        name: the kind; default the function's dotted path (`module.function`).
+        queue, priority, max_attempts, lease, expires, result_retention: defaults for
+            every enqueue of this kind (S2: an explicit option still wins).
+        backoff: `Backoff(base_s, cap_s)` or `(base_s, cap_s)`; default the queue's.
+        key: a function of the payload returning the job's key (None: no key).
+        on_conflict: the default `on_conflict` of this kind's enqueues.
+        atomic: transaction mode (S21): the handler runs inside one transaction that
+            holds the job row and deletes it on success.
+        takes_context: pass the claim as the first argument; default: when the first
+            parameter is named `ctx` or `context`.
+
+    Raises:
+        InvalidJobOption: a default is invalid (checked at decoration, not at enqueue).
+        ValueError: the kind is already registered to another function.
+    """
+
+    def decorate(function: Callable[P, R]) -> JobFunction[P, R]:
+        kind = options.validate_kind(name or f"{function.__module__}.{function.__qualname__}")
+        if "<locals>" in function.__qualname__ and name is None:
+            raise ValueError(
+                f"{function.__qualname__} is defined inside a function; jobs must be "
+                "module-level functions, or be given a name=."
+            )
+        defaults = _validated_defaults(
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            lease=lease,
+            expires=expires,
+            result_retention=result_retention,
+        )
+        if on_conflict is not None:
+            options.validate_conflict_mode(on_conflict)
+        definition = JobDefinition(
+            kind=kind,
+            func=function,
+            defaults=defaults,
+            backoff=_backoff(backoff),
+            key=key,
+            on_conflict=on_conflict,
+            atomic=atomic,
+            takes_context=_takes_context(function) if takes_context is None else takes_context,
+        )
+        register(definition)
+        return JobFunction[P, R](definition)
+
+    if func is not None:
+        return decorate(func)
+    return decorate
+
+
+def _validated_defaults(**given: Any) -> dict[str, Any]:
+    defaults = {name: value for name, value in given.items() if value is not UNSET}
+    validators: dict[str, Callable[[Any], Any]] = {
+        "queue": options.validate_queue_name,
+        "priority": options.validate_priority,
+        "max_attempts": options.validate_max_attempts,
+        "lease": options.validate_lease,
+        "expires": options.validate_expires,
+        "result_retention": options.validate_result_retention,
+    }
+    for option, value in defaults.items():
+        validators[option](value)
+    return defaults
+
+
+def _backoff(backoff: Backoff | tuple[int, int] | None) -> Backoff | None:
+    if backoff is None or isinstance(backoff, Backoff):
+        return backoff
+    base, cap = backoff
+    return Backoff(base_s=base, cap_s=cap)
+
+
+def _takes_context(function: Callable[..., Any]) -> bool:
+    parameters = list(inspect.signature(function).parameters.values())
+    return bool(parameters) and parameters[0].name in CONTEXT_PARAMETERS

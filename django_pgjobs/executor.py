@@ -1,0 +1,246 @@
+"""Run one claimed job: resolve its kind, call its handler, classify the outcome.
+
+Lease mode (S20, the default): the handler runs outside any queue transaction and the
+outcome goes back to the worker, which records many outcomes in one statement. The
+handler may complete its own job inside `ctx.fenced()` (S16); the worker then has
+nothing left to record.
+
+Transaction mode (S21, `@job(atomic=True)`): the handler runs inside one transaction that
+holds the job row locked; success deletes the row in that transaction, so the handler's
+database effects and the completion commit together, exactly once. A failure rolls the
+handler's effects back (a savepoint) and records the failure in the same transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+from django.db import DatabaseError, transaction
+
+from django_pgjobs import registry
+from django_pgjobs.exceptions import Fail, InvalidPayload, LeaseLost, Retry
+from django_pgjobs.handles import Failure, JobHandle
+from django_pgjobs.options import encode_result
+from django_pgjobs.registry import JobDefinition
+
+logger = logging.getLogger("django_pgjobs.jobs")
+
+
+class Verdict(Enum):
+    """What the worker must still record for a job once its handler has returned."""
+
+    ACK = "ack"  # succeeded: ack with the result
+    RETRY = "retry"  # failed: retry after `delay` (or dead-letter if spent)
+    FAIL = "fail"  # dead-letter now with the failure as reason
+    RECORDED = "recorded"  # the job's completion already committed (fence, transaction mode)
+    LOST = "lost"  # the claim is gone: nothing may be recorded
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one run of one job ended."""
+
+    handle: JobHandle
+    verdict: Verdict
+    duration: float
+    result: Any = None
+    failure: Failure | None = None
+    delay: float | None = None
+
+
+def unknown_kind_error(kind: str) -> str:
+    return f"unknown job kind '{kind}'"
+
+
+class Executor:
+    """Runs claimed jobs of registered kinds, one at a time, in the calling thread."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def run(self, handle: JobHandle) -> Outcome:
+        """Run `handle`'s job and return how it ended. Never raises for the job's sake."""
+        started = time.monotonic()
+        definition = registry.get_definition(handle.kind)
+        if definition is None:
+            # A rolling deploy: an older worker meets a newer kind. Never import a stored
+            # path; back off and let a worker that knows the kind take it.
+            return self._retry(handle, Failure(unknown_kind_error(handle.kind)), None, started)
+        payload: object = handle.payload  # a row edited by hand may hold any JSON
+        if not isinstance(payload, dict):
+            failure = Failure(f"payload is not a JSON object: {type(payload).__name__}")
+            return self._finish(handle, Verdict.FAIL, started, failure=failure)
+        logger.debug(
+            "job start id=%s kind=%s attempt=%s/%s",
+            handle.id,
+            handle.kind,
+            handle.attempt,
+            handle.max_attempts,
+        )
+        if definition.atomic:
+            return self._run_atomic(handle, definition, started)
+        return self._run_leased(handle, definition, started)
+
+    def _run_leased(self, handle: JobHandle, definition: JobDefinition, started: float) -> Outcome:
+        try:
+            result = self._call(handle, definition)
+            if handle.finished:  # the handler acked, retried or failed its own claim
+                return self._finish(handle, Verdict.RECORDED, started)
+            _check_result(result)
+        except Exception as error:
+            return self._classify(handle, error, started)
+        return self._finish(handle, Verdict.ACK, started, result=result)
+
+    def _run_atomic(self, handle: JobHandle, definition: JobDefinition, started: float) -> Outcome:
+        from django_pgjobs.models import Job
+
+        try:
+            with transaction.atomic(using=handle.using):
+                if not Job.objects.lock_claim(handle):
+                    return self._finish(handle, Verdict.LOST, started)
+                try:
+                    # A savepoint: a failure undoes the handler's writes, not the row lock.
+                    with transaction.atomic(using=handle.using):
+                        result = self._call(handle, definition)
+                        _check_result(result)
+                except Exception as error:
+                    outcome = self._classify(handle, error, started)
+                    _record(outcome)
+                    return _as_recorded(outcome)
+                Job.objects.ack_batch([handle], [result])
+        except DatabaseError as error:
+            # The transaction could not commit (the connection broke, say): nothing of
+            # this run stands, and the claim comes back after its lease.
+            logger.warning(
+                "job id=%s kind=%s attempt=%s: transaction mode could not commit: %s",
+                handle.id,
+                handle.kind,
+                handle.attempt,
+                error,
+            )
+            return self._finish(handle, Verdict.LOST, started)
+        return _as_recorded(self._finish(handle, Verdict.ACK, started, result=result))
+
+    def _classify(self, handle: JobHandle, error: Exception, started: float) -> Outcome:
+        if isinstance(error, LeaseLost):
+            return self._finish(handle, Verdict.LOST, started)
+        if isinstance(error, Retry):
+            return self._retry(handle, Failure(error.reason), error.delay, started)
+        if isinstance(error, Fail):
+            return self._finish(handle, Verdict.FAIL, started, failure=Failure(error.reason))
+        if isinstance(error, ResultNotJson):
+            return self._finish(handle, Verdict.FAIL, started, failure=Failure(str(error)))
+        return self._retry(handle, Failure.from_exception(error), None, started)
+
+    def _call(self, handle: JobHandle, definition: JobDefinition) -> Any:
+        args = (handle,) if definition.takes_context else ()
+        if definition.is_async:
+            return self._event_loop().run_until_complete(definition.func(*args, **handle.payload))
+        return definition.func(*args, **handle.payload)
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        loop: asyncio.AbstractEventLoop | None = getattr(self._local, "loop", None)
+        if loop is None or loop.is_closed():
+            loop = asyncio.new_event_loop()
+            self._local.loop = loop
+        return loop
+
+    def close(self) -> None:
+        """Close this thread's event loop, if it made one."""
+        loop = getattr(self._local, "loop", None)
+        if loop is not None and not loop.is_closed():
+            loop.close()
+
+    def _retry(
+        self, handle: JobHandle, failure: Failure, delay: float | None, started: float
+    ) -> Outcome:
+        if handle.attempt >= handle.max_attempts:
+            return self._finish(handle, Verdict.RETRY, started, failure=failure, delay=0.0)
+        if delay is None:
+            delay = float(registry.backoff_for(handle.kind, handle.queue).delay(handle.attempt))
+        return self._finish(handle, Verdict.RETRY, started, failure=failure, delay=delay)
+
+    def _finish(
+        self,
+        handle: JobHandle,
+        verdict: Verdict,
+        started: float,
+        *,
+        result: Any = None,
+        failure: Failure | None = None,
+        delay: float | None = None,
+    ) -> Outcome:
+        outcome = Outcome(
+            handle=handle,
+            verdict=verdict,
+            duration=time.monotonic() - started,
+            result=result,
+            failure=failure,
+            delay=delay,
+        )
+        _log(outcome)
+        return outcome
+
+
+class ResultNotJson(Exception):
+    """A handler returned a value that cannot be stored as JSON."""
+
+
+def _check_result(result: Any) -> None:
+    try:
+        encode_result(result)
+    except InvalidPayload as error:
+        raise ResultNotJson(f"result is not JSON: {error}") from None
+
+
+def _record(outcome: Outcome) -> None:
+    """Record a failed run inside transaction mode's own transaction."""
+    from django_pgjobs.models import Job
+
+    if outcome.verdict is Verdict.RETRY and outcome.failure is not None:
+        Job.objects.retry_batch([(outcome.handle, outcome.failure, outcome.delay)])
+    elif outcome.verdict is Verdict.FAIL and outcome.failure is not None:
+        Job.objects.fail_batch([(outcome.handle, outcome.failure)])
+
+
+def _as_recorded(outcome: Outcome) -> Outcome:
+    return replace(outcome, verdict=Verdict.RECORDED)
+
+
+def _log(outcome: Outcome) -> None:
+    handle = outcome.handle
+    where = (handle.id, handle.kind, handle.attempt, handle.max_attempts, outcome.duration)
+    if outcome.verdict in (Verdict.ACK, Verdict.RECORDED):
+        logger.info("job done id=%s kind=%s attempt=%s/%s duration=%.3fs", *where)
+    elif outcome.verdict is Verdict.LOST:
+        logger.warning(
+            "job lost id=%s kind=%s attempt=%s/%s duration=%.3fs: the claim lapsed or was "
+            "taken over; nothing recorded",
+            *where,
+        )
+    elif outcome.verdict is Verdict.FAIL:
+        logger.error(
+            "job dead id=%s kind=%s attempt=%s/%s duration=%.3fs reason=%r",
+            *where,
+            outcome.failure.error if outcome.failure else "failed",
+        )
+    elif handle.attempt >= handle.max_attempts:
+        logger.error(
+            "job dead id=%s kind=%s attempt=%s/%s duration=%.3fs reason='max attempts "
+            "exceeded' error=%r",
+            *where,
+            outcome.failure.error if outcome.failure else None,
+        )
+    else:
+        logger.warning(
+            "job failed id=%s kind=%s attempt=%s/%s duration=%.3fs retry_in=%ss error=%r",
+            *where,
+            f"{outcome.delay:g}",
+            outcome.failure.error if outcome.failure else None,
+        )

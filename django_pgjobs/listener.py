@@ -1,0 +1,63 @@
+"""The worker's wake-up line: a dedicated connection that LISTENs on the channel (S23).
+
+Notifications are hints. The worker also polls, so a notification lost while this
+connection was down only delays a job by one poll interval.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+import psycopg
+from django.db import connections
+from psycopg import sql as pgsql
+
+from django_pgjobs import sql
+
+logger = logging.getLogger("django_pgjobs.worker")
+
+
+class Listener:
+    """A psycopg connection of its own, in autocommit, LISTENing on `channel`."""
+
+    def __init__(self, *, using: str, channel: str) -> None:
+        self.using = using
+        self.channel = channel
+        self._conn: psycopg.Connection[Any] | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and not self._conn.closed
+
+    def connect(self) -> None:
+        """Open the connection and LISTEN. Raises psycopg.Error when the server is away."""
+        self.close()
+        params = connections[self.using].get_connection_params()
+        for django_only in ("cursor_factory", "context", "prepare_threshold"):
+            params.pop(django_only, None)
+        conn = psycopg.connect(**params, autocommit=True)
+        statement = pgsql.SQL(sql.LISTEN_CHANNEL).format(channel=pgsql.Identifier(self.channel))
+        conn.execute(statement)
+        self._conn = conn
+
+    def fileno(self) -> int:
+        if self._conn is None:
+            raise RuntimeError("The listener is not connected.")
+        return self._conn.fileno()
+
+    def drain(self) -> set[str]:
+        """Return the payloads (queue names) received since the last call, without waiting.
+
+        Raises psycopg.Error when the connection broke; the caller reconnects.
+        """
+        if self._conn is None:
+            return set()
+        return {notify.payload for notify in self._conn.notifies(timeout=0)}
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._conn.close()
+            self._conn = None

@@ -1,0 +1,204 @@
+"""`manage.py runjobs`: run a worker until SIGTERM/SIGINT (or until drained with --burst)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import Any, TextIO
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, OperationalError, ProgrammingError
+
+from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.exceptions import InvalidJobOption
+from django_pgjobs.worker import Worker, WorkerStats, default_queues
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, not {value:g}")
+    return value
+
+
+def seconds_or_zero(text: str) -> float:
+    value = _seconds(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, not {value:g}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
+    return value
+
+
+class StatusLine:
+    """Show the worker's counters: a line redrawn in place on a terminal, otherwise a log
+    line every `log_every` seconds."""
+
+    def __init__(self, stream: TextIO, *, log_every: float = 60.0) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.log_every = log_every
+        self._last_time = time.monotonic()
+        self._last_finished = 0
+        self._last_log = time.monotonic()
+        self._rate = 0.0
+
+    def __call__(self, stats: WorkerStats) -> None:
+        now = time.monotonic()
+        elapsed = now - self._last_time
+        if elapsed > 0:
+            current = (stats.finished - self._last_finished) / elapsed
+            # Smooth over a few seconds so the figure does not jump with each batch.
+            self._rate = current if self._rate == 0 else 0.7 * self._rate + 0.3 * current
+        self._last_time, self._last_finished = now, stats.finished
+        text = (
+            f"processed {stats.succeeded}  failed {stats.dead}  retried {stats.retried}  "
+            f"in flight {stats.in_flight}  {self._rate:,.1f} jobs/s"
+        )
+        if self.tty:
+            self.stream.write(f"\r\x1b[K{text}")
+            self.stream.flush()
+        elif now - self._last_log >= self.log_every:
+            self._last_log = now
+            logging.getLogger("django_pgjobs.worker").info("status %s", text)
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a worker: claim jobs of the given queues and run them on a pool of threads "
+        "until SIGTERM or SIGINT (a second signal exits at once)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="QUEUE",
+            help="A queue to work (repeatable). Default: every configured queue.",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            help=f"Handler threads (default PGJOBS['CONCURRENCY'], {pgjobs_settings.CONCURRENCY}).",
+        )
+        parser.add_argument(
+            "--burst", action="store_true", help="Run what is runnable now, then exit 0."
+        )
+        parser.add_argument(
+            "--max-jobs", type=positive_int, help="Exit after this many jobs have run."
+        )
+        parser.add_argument("--worker-id", help="Stamped on claims (default host:pid:random).")
+        parser.add_argument(
+            "--poll-interval",
+            type=positive_seconds,
+            help="Seconds between polls without a notification (PGJOBS['POLL_INTERVAL']).",
+        )
+        parser.add_argument(
+            "--shutdown-grace",
+            type=seconds_or_zero,
+            help="Seconds running jobs get after SIGTERM before their claims are handed back.",
+        )
+        parser.add_argument(
+            "--sweep-interval",
+            type=seconds_or_zero,
+            help="Seconds between sweeps from this worker, 0 for none (PGJOBS['SWEEP_INTERVAL']).",
+        )
+        parser.add_argument(
+            "--no-status",
+            action="store_true",
+            help="No live status line (one is shown on a terminal).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        _configure_logging(options["verbosity"])
+        queues = options["queues"] or default_queues()
+        self._check_database(queues)
+        status = None if options["no_status"] else StatusLine(sys.stderr)
+        try:
+            worker = Worker(
+                queues=queues,
+                concurrency=options["concurrency"],
+                worker_id=options["worker_id"],
+                burst=options["burst"],
+                max_jobs=options["max_jobs"],
+                poll_interval=options["poll_interval"],
+                shutdown_grace=options["shutdown_grace"],
+                sweep_interval=options["sweep_interval"],
+                on_status=status,
+            )
+        except (InvalidJobOption, ValueError) as error:
+            raise CommandError(str(error)) from None
+        try:
+            code = worker.run()
+        finally:
+            if status is not None:
+                status.close()
+        if code:
+            sys.exit(code)
+
+    def _check_database(self, queues: list[str]) -> None:
+        from django_pgjobs.models import Job
+
+        try:
+            Job.objects.next_scheduled_in(queues)
+        except InvalidJobOption as error:
+            raise CommandError(str(error)) from None
+        except ProgrammingError as error:
+            raise CommandError(
+                f"The job tables are missing ({str(error).splitlines()[0]}). "
+                "Run: python manage.py migrate django_pgjobs"
+            ) from None
+        except (OperationalError, DatabaseError) as error:
+            raise CommandError(
+                f"Cannot reach the jobs database '{pgjobs_settings.DATABASE}': "
+                f"{str(error).strip().splitlines()[0]}. Check DATABASES and that PostgreSQL runs."
+            ) from None
+
+
+def _configure_logging(verbosity: int) -> None:
+    """Give django_pgjobs' loggers a console handler unless the project configured one.
+
+    Verbosity 0: errors. 1: worker lifecycle, retries and dead letters. 2: every job's
+    finish. 3: every job's start too.
+    """
+    package = logging.getLogger("django_pgjobs")
+    if package.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    package.addHandler(handler)
+    package.setLevel(logging.DEBUG)
+    worker_level, jobs_level = {
+        0: (logging.ERROR, logging.ERROR),
+        1: (logging.INFO, logging.WARNING),
+        2: (logging.INFO, logging.INFO),
+    }.get(verbosity, (logging.DEBUG, logging.DEBUG))
+    logging.getLogger("django_pgjobs.worker").setLevel(worker_level)
+    logging.getLogger("django_pgjobs.maintenance").setLevel(worker_level)
+    logging.getLogger("django_pgjobs.jobs").setLevel(jobs_level)

@@ -1,0 +1,57 @@
+"""`manage.py sweepjobs`: run the sweeper once (or in a loop) and say what it did."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
+
+from django_pgjobs.maintenance import Sweeper
+from django_pgjobs.management.commands.runjobs import positive_int, positive_seconds
+
+
+class Command(BaseCommand):
+    help = (
+        "Dead-letter expired jobs and lapsed jobs with no attempts left, and prune done "
+        "jobs and dead letters past their retention (DESIGN S24). Safe from many hosts."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--loop", action="store_true", help="Sweep again every --interval.")
+        parser.add_argument(
+            "--interval", type=positive_seconds, default=60.0, help="Seconds between sweeps."
+        )
+        parser.add_argument(
+            "--batch-size", type=positive_int, help="Rows per statement (PGJOBS['SWEEP_BATCH'])."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        sweeper = Sweeper(batch_size=options["batch_size"])
+        stop = threading.Event()
+        if options["loop"]:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: stop.set())
+        while True:
+            try:
+                result = sweeper.run_once()
+            except DatabaseError as error:
+                if not options["loop"]:
+                    raise CommandError(
+                        f"The sweep failed: {str(error).strip().splitlines()[0]}. "
+                        "Is the database up and migrated (python manage.py migrate)?"
+                    ) from None
+                self.stderr.write(
+                    f"sweep failed ({error}); trying again in {options['interval']:g}s"
+                )
+            else:
+                if options["verbosity"] > 0:
+                    self.stdout.write(
+                        f"expired {result.expired}, dead-lettered stranded claims "
+                        f"{result.lapsed_dead}, promoted triggers {result.triggers_promoted}, "
+                        f"pruned done {result.done_pruned}, pruned dead {result.dead_pruned}"
+                    )
+            if not options["loop"] or stop.wait(options["interval"]):
+                return

@@ -1,0 +1,595 @@
+"""The worker: a claim loop feeding a pool of handler threads (DESIGN S20-S26).
+
+One thread (the caller's) runs the loop: claim up to the free slots in one statement,
+hand the jobs to the pool, record the outcomes of many jobs in one statement, heartbeat
+the leases of running jobs, and sleep on the LISTEN socket until a job arrives, a handler
+finishes, the next scheduled job is due, or the poll interval ends. The loop holds no
+SQL: every database call is a `Job.objects` method.
+
+Nothing a crash could lose is kept in memory (S26): a claim that is never recorded comes
+back when its lease lapses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import random
+import select
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import FrameType
+from typing import Any
+
+import psycopg
+from django.db import DatabaseError, connections
+
+from django_pgjobs import registry
+from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.executor import Executor, Outcome, Verdict
+from django_pgjobs.handles import Failure, JobHandle
+from django_pgjobs.listener import Listener
+from django_pgjobs.maintenance import Sweeper
+
+logger = logging.getLogger("django_pgjobs.worker")
+
+#: Heartbeat a running job when this fraction of its lease has passed since the last one.
+HEARTBEAT_FRACTION = 1 / 3
+#: Longest wait between attempts to reach a database that went away.
+RECONNECT_BACKOFF_CAP_S = 30.0
+
+
+def default_worker_id() -> str:
+    """host:pid:random, unique per process and readable in the admin."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def default_queues() -> list[str]:
+    """Every queue this process knows of: the default one, the configured ones, and the
+    queues the registered jobs name."""
+    names = [pgjobs_settings.DEFAULT_QUEUE, *pgjobs_settings.QUEUES]
+    for kind in registry.registered_kinds():
+        definition = registry.get_definition(kind)
+        if definition is not None and "queue" in definition.defaults:
+            names.append(definition.defaults["queue"])
+    return list(dict.fromkeys(names))
+
+
+@dataclass
+class WorkerStats:
+    """Counters of one worker's life, read by the status line."""
+
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead: int = 0
+    lost: int = 0
+    in_flight: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def finished(self) -> int:
+        return self.succeeded + self.retried + self.dead + self.lost
+
+
+@dataclass
+class _Running:
+    handle: JobHandle
+    next_heartbeat: float
+    heartbeats: bool
+
+
+class Worker:
+    """Claims jobs of `queues` and runs them on `concurrency` handler threads.
+
+    Args:
+        queues: the queues to claim from (default: every queue this process knows).
+        concurrency: handler threads, and the most jobs claimed at once.
+        worker_id: stamped on every claim (default: host:pid:random).
+        burst: drain the jobs that are runnable now, then return.
+        max_jobs: stop after claiming this many jobs (and finishing them).
+        poll_interval: seconds between polls when no notification arrives.
+        shutdown_grace: seconds in-flight jobs get to finish after a stop request.
+        sweep_interval: seconds between sweeps (0: never sweep from this worker).
+        listen: LISTEN for wake-ups (default: the NOTIFY setting).
+        on_status: called with the stats about every `status_interval` seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int | None = None,
+        worker_id: str | None = None,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        poll_interval: float | None = None,
+        shutdown_grace: float | None = None,
+        sweep_interval: float | None = None,
+        listen: bool | None = None,
+        on_status: Callable[[WorkerStats], None] | None = None,
+        status_interval: float = 1.0,
+        using: str | None = None,
+    ) -> None:
+        from django_pgjobs import options
+
+        self.queues = options.validate_queue_names(queues or default_queues())
+        self.concurrency = concurrency or pgjobs_settings.CONCURRENCY
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1.")
+        self.worker_id = options.validate_worker_id(worker_id or default_worker_id())
+        self.burst = burst
+        self.max_jobs = max_jobs
+        self.poll_interval = _seconds(poll_interval, pgjobs_settings.POLL_INTERVAL)
+        self.shutdown_grace = _seconds(shutdown_grace, pgjobs_settings.SHUTDOWN_GRACE)
+        self.sweep_interval = _seconds(sweep_interval, pgjobs_settings.SWEEP_INTERVAL)
+        self.listen = pgjobs_settings.NOTIFY if listen is None else listen
+        self.on_status = on_status
+        self.status_interval = status_interval
+        self.using = using or pgjobs_settings.DATABASE
+        self.stats = WorkerStats()
+
+        self._work: queue.SimpleQueue[JobHandle | None] = queue.SimpleQueue()
+        self._completed: deque[Outcome] = deque()
+        self._running: dict[uuid.UUID, _Running] = {}
+        self._acks: list[tuple[JobHandle, Any]] = []
+        self._retries: list[tuple[JobHandle, Failure, float | None]] = []
+        self._fails: list[tuple[JobHandle, Failure]] = []
+        self._threads: list[threading.Thread] = []
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._listener = Listener(using=self.using, channel=pgjobs_settings.CHANNEL)
+        self._listener_retry_at = 0.0
+        self._maybe_more = True
+        self._next_poll = 0.0
+        self._next_scheduled: float | None = None
+        self._db_retry_at = 0.0
+        self._db_failures = 0
+        self._stop_requested = threading.Event()
+        self._stop_deadline: float | None = None
+        self._signals = 0
+        self._sweeper_stop = threading.Event()
+        self._last_status = 0.0
+
+    # Lifecycle ---------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped (or drained, in burst mode); return the exit status."""
+        restore = self._install_signal_handlers()
+        try:
+            self._start_threads()
+            logger.info(
+                "worker started id=%s queues=%s concurrency=%s burst=%s listen=%s",
+                self.worker_id,
+                ",".join(self.queues),
+                self.concurrency,
+                self.burst,
+                self.listen,
+            )
+            self._loop()
+        finally:
+            self._shutdown()
+            restore()
+        logger.info(
+            "worker stopped id=%s claimed=%s succeeded=%s retried=%s dead=%s lost=%s",
+            self.worker_id,
+            self.stats.claimed,
+            self.stats.succeeded,
+            self.stats.retried,
+            self.stats.dead,
+            self.stats.lost,
+        )
+        return 0
+
+    def stop(self) -> None:
+        """Ask the worker to stop: no more claims; in-flight jobs get the grace period."""
+        if not self._stop_requested.is_set():
+            self._stop_deadline = time.monotonic() + self.shutdown_grace
+            self._stop_requested.set()
+        self._wake()
+
+    def _install_signal_handlers(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            self._signals += 1
+            if self._signals > 1:
+                # A second signal: leave now. Leases bring the in-flight jobs back.
+                os.write(
+                    2, b"\nSecond signal: exiting now; running jobs return after their lease.\n"
+                )
+                os._exit(128 + signum)
+            self.stop()
+
+        for sig in previous:
+            signal.signal(sig, on_signal)
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+    def _start_threads(self) -> None:
+        for index in range(self.concurrency):
+            thread = threading.Thread(
+                target=self._handler_thread, name=f"pgjobs-handler-{index}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        if self.sweep_interval > 0:
+            sweeper = threading.Thread(
+                target=self._sweeper_thread, name="pgjobs-sweeper", daemon=True
+            )
+            sweeper.start()
+
+    def _shutdown(self) -> None:
+        self._sweeper_stop.set()
+        for _ in self._threads:
+            self._work.put(None)
+        for thread in self._threads:
+            thread.join(timeout=0.5 if self._running else 5)
+        self._listener.close()
+        connections[self.using].close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    # The loop ----------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            now = time.monotonic()
+            self._collect()
+            self._flush()
+            if self._stop_requested.is_set():
+                if not self._running and not self._unflushed():
+                    return
+                if self._stop_deadline is not None and now >= self._stop_deadline:
+                    self._release_running()
+                    return
+            elif self._exhausted():
+                return
+            else:
+                self._claim_if_possible(now)
+            self._heartbeat_due(now)
+            self._report(now)
+            self._wait(self._timeout(time.monotonic()))
+
+    def _exhausted(self) -> bool:
+        """True when this worker has nothing left to do (burst drained, max jobs done)."""
+        idle = not self._running and not self._unflushed() and not self._completed
+        if self.max_jobs is not None and self.stats.claimed >= self.max_jobs and idle:
+            return True
+        return self.burst and idle and not self._maybe_more
+
+    def _free_slots(self) -> int:
+        free = self.concurrency - len(self._running)
+        if self.max_jobs is not None:
+            free = min(free, self.max_jobs - self.stats.claimed)
+        return max(free, 0)
+
+    def _claim_if_possible(self, now: float) -> None:
+        if now >= self._next_poll:
+            self._maybe_more = True
+            self._next_poll = now + self.poll_interval
+        if self._next_scheduled is not None and now >= self._next_scheduled:
+            self._maybe_more = True
+            self._next_scheduled = None
+        free = self._free_slots()
+        if not self._maybe_more or free <= 0 or now < self._db_retry_at:
+            return
+        from django_pgjobs.models import Job
+
+        try:
+            handles = Job.objects.claim_batch(self.queues, free, self.worker_id, using=self.using)
+            if len(handles) < free:
+                self._maybe_more = False
+                wait = Job.objects.next_scheduled_in(self.queues, using=self.using)
+                self._next_scheduled = None if wait is None else time.monotonic() + wait
+        except DatabaseError as error:
+            self._database_failed("claim", error)
+            return
+        self._database_ok()
+        heartbeat_every = [h.lease_s * HEARTBEAT_FRACTION for h in handles]
+        for handle, every in zip(handles, heartbeat_every, strict=True):
+            definition = registry.get_definition(handle.kind)
+            self._running[handle.token] = _Running(
+                handle=handle,
+                next_heartbeat=time.monotonic() + every,
+                # A transaction-mode job's row lock keeps claimers away: no heartbeat.
+                heartbeats=not (definition is not None and definition.atomic),
+            )
+            self._work.put(handle)
+        self.stats.claimed += len(handles)
+        self.stats.in_flight = len(self._running)
+
+    def _collect(self) -> None:
+        """Move finished runs from the handler threads into the buffers to record."""
+        while self._completed:
+            outcome = self._completed.popleft()
+            self._running.pop(outcome.handle.token, None)
+            verdict = outcome.verdict
+            if verdict is Verdict.ACK:
+                self._acks.append((outcome.handle, outcome.result))
+            elif verdict is Verdict.RETRY and outcome.failure is not None:
+                self._retries.append((outcome.handle, outcome.failure, outcome.delay))
+            elif verdict is Verdict.FAIL and outcome.failure is not None:
+                self._fails.append((outcome.handle, outcome.failure))
+            else:
+                self._count_recorded(outcome)
+        self.stats.in_flight = len(self._running)
+
+    def _count_recorded(self, outcome: Outcome) -> None:
+        if outcome.verdict is Verdict.LOST:
+            self.stats.lost += 1
+        elif outcome.failure is None:
+            self.stats.succeeded += 1
+        elif (
+            outcome.verdict is Verdict.FAIL or outcome.handle.attempt >= outcome.handle.max_attempts
+        ):
+            self.stats.dead += 1
+        else:
+            self.stats.retried += 1
+
+    def _unflushed(self) -> bool:
+        return bool(self._acks or self._retries or self._fails)
+
+    def _flush(self) -> None:
+        """Record buffered outcomes: one statement for the acks, one for the retries, one
+        for the failures. On a database error they stay buffered and are tried again; a
+        claim that lapsed meanwhile is refused (S10) and its job runs again."""
+        if not self._unflushed() or time.monotonic() < self._db_retry_at:
+            return
+        from django_pgjobs.models import Job
+
+        try:
+            if self._acks:
+                handles = [handle for handle, _ in self._acks]
+                acked = Job.objects.ack_batch(handles, [result for _, result in self._acks])
+                self.stats.succeeded += acked
+                self.stats.lost += len(handles) - acked
+                self._acks = []
+            if self._retries:
+                recorded = Job.objects.retry_batch(self._retries)
+                spent = sum(1 for h, _, _ in self._retries if h.attempt >= h.max_attempts)
+                self.stats.dead += spent
+                self.stats.retried += recorded - spent
+                self.stats.lost += len(self._retries) - recorded
+                self._retries = []
+            if self._fails:
+                recorded = Job.objects.fail_batch(self._fails)
+                self.stats.dead += recorded
+                self.stats.lost += len(self._fails) - recorded
+                self._fails = []
+        except DatabaseError as error:
+            self._database_failed("record outcomes", error)
+            return
+        self._database_ok()
+        # A completion may have promoted a key's trigger or scheduled an immediate retry.
+        self._maybe_more = True
+
+    def _heartbeat_due(self, now: float) -> None:
+        due = [r for r in self._running.values() if r.heartbeats and r.next_heartbeat <= now]
+        if not due or now < self._db_retry_at:
+            return
+        from django_pgjobs.models import Job
+
+        try:
+            extended = Job.objects.heartbeat_unlocked([r.handle for r in due])
+        except DatabaseError as error:
+            self._database_failed("heartbeat", error)
+            return
+        self._database_ok()
+        extended_tokens = {handle.token for handle in extended}
+        for running in due:
+            every = running.handle.lease_s * HEARTBEAT_FRACTION
+            if running.handle.token in extended_tokens:
+                running.next_heartbeat = now + every
+            else:
+                # Locked by a fence right now, or no longer ours: look again soon.
+                running.next_heartbeat = now + min(1.0, every)
+
+    def _release_running(self) -> None:
+        """Hand back the claims still running when the grace period ends (S25)."""
+        handles = [running.handle for running in self._running.values()]
+        if not handles:
+            return
+        from django_pgjobs.models import Job
+
+        try:
+            released = Job.objects.release_batch(handles)
+        except DatabaseError as error:
+            logger.warning(
+                "could not hand back %s claims (%s); their leases will", len(handles), error
+            )
+            return
+        logger.warning(
+            "grace period over: handed back %s of %s running jobs (the rest return when "
+            "their lease lapses)",
+            released,
+            len(handles),
+        )
+
+    # Waiting -----------------------------------------------------------------------
+
+    def _timeout(self, now: float) -> float:
+        if self._completed or (self._unflushed() and now >= self._db_retry_at):
+            return 0.0
+        if (
+            self._maybe_more
+            and self._free_slots() > 0
+            and not self._stop_requested.is_set()
+            and now >= self._db_retry_at
+        ):
+            return 0.0
+        deadlines = [self._next_poll, now + self.status_interval]
+        if self._next_scheduled is not None:
+            deadlines.append(self._next_scheduled)
+        deadlines.extend(r.next_heartbeat for r in self._running.values() if r.heartbeats)
+        if self._stop_deadline is not None:
+            deadlines.append(self._stop_deadline)
+        if self._db_retry_at > now:
+            deadlines.append(self._db_retry_at)
+        if self.listen and not self._listener.connected:
+            deadlines.append(max(self._listener_retry_at, now))
+        return max(0.0, min(deadlines) - now)
+
+    def _wait(self, timeout: float) -> None:
+        self._ensure_listener()
+        readable = [self._wake_r]
+        if self._listener.connected:
+            readable.append(self._listener.fileno())
+        try:
+            ready, _, _ = select.select(readable, [], [], timeout)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries select itself
+            return
+        if self._wake_r in ready:
+            try:
+                while os.read(self._wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+        if self._listener.connected and self._listener.fileno() in ready:
+            self._drain_listener()
+
+    def _wake(self) -> None:
+        # A full pipe means the loop wakes anyway; a closed one means it is shutting down.
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"!")
+
+    def _ensure_listener(self) -> None:
+        if not self.listen or self._listener.connected:
+            return
+        now = time.monotonic()
+        if now < self._listener_retry_at:
+            return
+        try:
+            self._listener.connect()
+        except (psycopg.Error, DatabaseError) as error:
+            self._listener_retry_at = now + min(RECONNECT_BACKOFF_CAP_S, self.poll_interval * 2)
+            logger.warning("LISTEN connection failed (%s); polling until it is back", error)
+            return
+        # Whatever was notified while it was down: look now.
+        self._maybe_more = True
+
+    def _drain_listener(self) -> None:
+        try:
+            queues = self._listener.drain()
+        except psycopg.Error as error:
+            logger.warning("LISTEN connection lost (%s); reconnecting", error)
+            self._listener.close()
+            return
+        if queues.intersection(self.queues):
+            self._maybe_more = True
+
+    # Database faults -----------------------------------------------------------------
+
+    def _database_failed(self, what: str, error: DatabaseError) -> None:
+        """Log, drop the connection, and back off before the next database call."""
+        self._db_failures += 1
+        delay = min(RECONNECT_BACKOFF_CAP_S, 0.25 * 2 ** min(self._db_failures, 8))
+        delay *= random.uniform(0.5, 1.0)
+        self._db_retry_at = time.monotonic() + delay
+        log = logger.warning if self._db_failures == 1 else logger.info
+        log(
+            "database error during %s (%s: %s); reconnecting in %.1fs",
+            what,
+            type(error).__name__,
+            str(error).strip().splitlines()[0] if str(error).strip() else "",
+            delay,
+        )
+        with contextlib.suppress(DatabaseError):
+            connections[self.using].close()
+        self._maybe_more = True
+
+    def _database_ok(self) -> None:
+        if self._db_failures:
+            logger.warning("database reachable again after %s failed attempts", self._db_failures)
+        self._db_failures = 0
+
+    # Status ------------------------------------------------------------------------
+
+    def _report(self, now: float) -> None:
+        if self.on_status is not None and now - self._last_status >= self.status_interval:
+            self._last_status = now
+            self.on_status(self.stats)
+
+    # Threads -----------------------------------------------------------------------
+
+    def _handler_thread(self) -> None:
+        executor = Executor()
+        try:
+            while True:
+                handle = self._work.get()
+                if handle is None:
+                    return
+                outcome = self._run_one(executor, handle)
+                self._completed.append(outcome)
+                self._wake()
+        finally:
+            executor.close()
+            connections.close_all()
+
+    @staticmethod
+    def _run_one(executor: Executor, handle: JobHandle) -> Outcome:
+        try:
+            return executor.run(handle)
+        except BaseException as error:
+            logger.exception("job id=%s kind=%s: handler raised %r", handle.id, handle.kind, error)
+            return Outcome(
+                handle=handle,
+                verdict=Verdict.RETRY,
+                duration=0.0,
+                failure=Failure.from_exception(error),
+                delay=float(registry.backoff_for(handle.kind, handle.queue).delay(handle.attempt)),
+            )
+        finally:
+            reset_connections()
+
+    def _sweeper_thread(self) -> None:
+        sweeper = Sweeper(take_turns=True, using=self.using)
+        wait = min(self.sweep_interval, 1.0)
+        try:
+            while not self._sweeper_stop.wait(wait):
+                try:
+                    sweeper.run_once()
+                except DatabaseError as error:
+                    logger.warning("sweep failed (%s); next try in %ss", error, self.sweep_interval)
+                    connections[self.using].close()
+                wait = self.sweep_interval
+        finally:
+            connections.close_all()
+
+
+def reset_connections() -> None:
+    """Ready this thread's connections for the next job, as Django does between requests,
+    but keep a healthy connection open whatever CONN_MAX_AGE says: reconnecting for
+    every job would cost more than most jobs. A connection left in a transaction, with
+    autocommit off, or broken is closed."""
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is None:
+            continue
+        if connection.in_atomic_block or connection.get_autocommit() is not True:
+            connection.close()
+        elif connection.errors_occurred:
+            if connection.is_usable():
+                connection.errors_occurred = False
+            else:
+                connection.close()
+
+
+def _seconds(value: float | timedelta | None, default: float | timedelta) -> float:
+    chosen = default if value is None else value
+    return chosen.total_seconds() if isinstance(chosen, timedelta) else float(chosen)
