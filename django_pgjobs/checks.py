@@ -49,3 +49,26 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         ]
     return []
+
+
+@checks.register(checks.Tags.compatibility)
+def check_commands(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """pgjobs.W001: another app's `runjobs` or `sweepjobs` command hides ours."""
+    from django.core.management import get_commands
+
+    commands = get_commands()
+    hidden = [
+        f"{name} (from {commands[name]})"
+        for name in ("runjobs", "sweepjobs")
+        if commands.get(name) not in (None, "django_pgjobs")
+    ]
+    if not hidden:
+        return []
+    return [
+        checks.Warning(
+            f"Another app's management command hides django_pgjobs': {', '.join(hidden)}.",
+            hint="List 'django_pgjobs' before that app in INSTALLED_APPS "
+            "(django-extensions ships a `runjobs` of its own).",
+            id="pgjobs.W001",
+        )
+    ]
