@@ -31,3 +31,15 @@ def django_db_modify_db_settings(
     from django.conf import settings
 
     settings.DATABASES["default"].update(database_settings(postgres_url))
+
+
+@pytest.fixture
+def workers() -> Iterator[object]:
+    """Start `manage.py runjobs` processes; any left running are killed afterwards."""
+    from tests.processes import Workers
+
+    started = Workers()
+    try:
+        yield started
+    finally:
+        started.close()

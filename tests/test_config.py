@@ -90,3 +90,24 @@ def test_database_settings_from_url() -> None:
     assert database_settings("postgres://localhost")["NAME"] == "postgres"
     with pytest.raises(ValueError, match="postgresql://"):
         database_settings("mysql://localhost/db")
+
+
+@pytest.mark.django_db
+def test_a_runjobs_command_of_another_app_listed_first_is_reported() -> None:
+    pytest.importorskip("django_extensions")
+    from django.conf import settings
+    from django.core.management import get_commands
+
+    apps = ["django_extensions", *settings.INSTALLED_APPS]
+    try:
+        with override_settings(INSTALLED_APPS=apps):
+            get_commands.cache_clear()  # type: ignore[attr-defined]
+            from django_pgjobs.checks import check_commands
+
+            (warning,) = check_commands()
+    finally:
+        get_commands.cache_clear()  # type: ignore[attr-defined]
+    assert warning.id == "pgjobs.W001" and "runjobs (from django_extensions)" in warning.msg
+    from django_pgjobs.checks import check_commands
+
+    assert check_commands() == []

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from psycopg import sql as pgsql
 
 from django_pgjobs import sql
 from django_pgjobs.models import DeadJob, Job
@@ -80,10 +81,13 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "PRUNE_DEAD_IN_QUEUES": {"queues": ["default"], "retention_s": 60.0, "limit": 10},
     "PRUNE_DEAD_OUTSIDE_QUEUES": {"queues": ["default"], "retention_s": 60.0, "limit": 10},
     "SWEEP_LOCK": {"lock_id": 1},
+    "LISTEN_CHANNEL": {},
 }
+# Statements formatted with identifiers (psycopg.sql) before they run.
+IDENTIFIERS = {"LISTEN_CHANNEL": {"channel": "pgjobs"}}
 
 
-TABLELESS = {"SWEEP_LOCK"}
+TABLELESS = {"SWEEP_LOCK", "LISTEN_CHANNEL"}
 
 
 def test_every_statement_has_sample_parameters() -> None:
@@ -96,7 +100,10 @@ def test_statement_runs_against_the_schema(name: str) -> None:
     used = set(re.findall(r"%\((\w+)\)s", statement))
     assert used <= set(SAMPLE_PARAMS[name])
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(statement, SAMPLE_PARAMS[name])
+        if name in IDENTIFIERS:
+            identifiers = {key: pgsql.Identifier(v) for key, v in IDENTIFIERS[name].items()}
+            statement = pgsql.SQL(statement).format(**identifiers).as_string(cursor.connection)
+        cursor.execute(statement, SAMPLE_PARAMS[name] or None)
         transaction.set_rollback(True)
 
 

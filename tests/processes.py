@@ -1,0 +1,112 @@
+"""Run `manage.py runjobs` for real, against the test database, and clean up after."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER_APPLICATION_NAME = "pgjobs-test-worker"
+
+
+def test_database_url() -> str:
+    settings = connection.settings_dict
+    user = quote(settings["USER"] or "")
+    password = f":{quote(settings['PASSWORD'])}" if settings["PASSWORD"] else ""
+    auth = f"{user}{password}@" if user else ""
+    host = settings["HOST"] or "127.0.0.1"
+    port = f":{settings['PORT']}" if settings["PORT"] else ""
+    return f"postgresql://{auth}{host}{port}/{quote(settings['NAME'])}"
+
+
+class WorkerProcess:
+    """One `manage.py runjobs` process; its output goes to a file read on demand."""
+
+    def __init__(self, *args: str, extra_env: dict[str, str] | None = None) -> None:
+        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed by close()
+            prefix="runjobs-", suffix=".log", delete=False
+        )
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "DATABASE_URL": test_database_url(),
+            "PYTHONPATH": str(ROOT),
+            "PYTHONUNBUFFERED": "1",
+            # libpq names the workers' connections, so a test can find (and kill) them.
+            "PGAPPNAME": WORKER_APPLICATION_NAME,
+            **(extra_env or {}),
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "runjobs", "--no-status", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def output(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(
+                f"runjobs did not exit within {timeout} s; output:\n{self.output()}"
+            ) from None
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGCONT)
+            self.process.kill()
+            self.process.wait(10)
+
+    def close(self) -> None:
+        self.kill()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
+
+
+class Workers:
+    """Start runjobs processes; every one still alive is killed at the end of the test."""
+
+    def __init__(self) -> None:
+        self.started: list[WorkerProcess] = []
+
+    def start(self, *args: str, extra_env: dict[str, str] | None = None) -> WorkerProcess:
+        process = WorkerProcess(*args, extra_env=extra_env)
+        self.started.append(process)
+        return process
+
+    def close(self) -> None:
+        for process in self.started:
+            process.close()
+
+
+def wait_for(condition, timeout: float = 30, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met within {timeout} s")
+        time.sleep(interval)

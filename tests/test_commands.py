@@ -1,0 +1,65 @@
+"""`sweepjobs` and `runjobs` through call_command, and the status line."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from django_pgjobs.management.commands.runjobs import StatusLine
+from django_pgjobs.models import Job
+from django_pgjobs.worker import WorkerStats
+from tests import jobs
+from tests.helpers import count, execute, lapse
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_sweepjobs_runs_the_sweeper_once_and_says_what_it_did() -> None:
+    Job.objects.enqueue("demo.t", expires=60)
+    execute("UPDATE pgjobs_job SET expires_at = now() - interval '1 s'")
+    Job.objects.enqueue("demo.t", queue="q", max_attempts=1)
+    lapse(Job.objects.claim_one("q", "w1").id)
+    out = io.StringIO()
+    call_command("sweepjobs", stdout=out)
+    assert "expired 1, dead-lettered stranded claims 1" in out.getvalue()
+    assert count("pgjobs_dead") == 2
+
+
+def test_runjobs_burst_through_call_command() -> None:
+    for i in range(5):
+        jobs.record.enqueue(label=str(i))
+    call_command("runjobs", burst=True, concurrency=2, no_status=True, sweep_interval=0)
+    assert count() == 0 and count("tests_note") == 5
+
+
+def test_runjobs_refuses_an_invalid_queue() -> None:
+    with pytest.raises(CommandError, match="Queue name"):
+        call_command("runjobs", queues=["white space"], burst=True, no_status=True)
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_status_line_redraws_in_place_on_a_terminal() -> None:
+    stream = FakeTerminal()
+    status = StatusLine(stream)
+    status(WorkerStats(claimed=12, succeeded=9, retried=2, dead=1, in_flight=3))
+    status.close()
+    text = stream.getvalue()
+    assert text.startswith("\r\x1b[K")
+    assert "processed 9  failed 1  retried 2  in flight 3" in text
+    assert "jobs/s" in text and text.endswith("\n")
+
+
+def test_status_line_logs_periodically_when_not_a_terminal(caplog) -> None:
+    stream = io.StringIO()
+    status = StatusLine(stream, log_every=0)
+    with caplog.at_level("INFO", logger="django_pgjobs.worker"):
+        status(WorkerStats(succeeded=4))
+    assert stream.getvalue() == ""
+    assert "processed 4" in caplog.text

@@ -1,0 +1,244 @@
+"""The worker in-process: registration, outcomes, modes (S20, S21), wake-up (S23),
+heartbeats (S11), unknown kinds (S25)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from django_pgjobs import registry
+from django_pgjobs.models import Job
+from django_pgjobs.worker import Worker, default_queues
+from tests import jobs
+from tests.helpers import count, dead_row, execute, row, seconds_from_now, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def drain(**options: object) -> Worker:
+    options.setdefault("concurrency", 4)
+    worker = Worker(burst=True, sweep_interval=0, poll_interval=0.2, **options)
+    assert worker.run() == 0
+    return worker
+
+
+@contextmanager
+def running_worker(**options: object) -> Iterator[Worker]:
+    """A worker running in a background thread, stopped at the end."""
+    options.setdefault("concurrency", 2)
+    worker = Worker(sweep_interval=0, **options)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(15)
+        assert not thread.is_alive()
+
+
+def notes() -> list[tuple[Any, ...]]:
+    return execute("SELECT job_id, text, attempt FROM tests_note ORDER BY id")
+
+
+class TestRegistration:
+    def test_job_keeps_working_as_a_plain_function(self) -> None:
+        assert jobs.plain(value=4) == 8
+        assert jobs.plain.kind == "tests.plain"
+        assert registry.get_definition("tests.plain").takes_context is False
+        assert registry.get_definition("tests.record").takes_context is True
+
+    def test_enqueue_through_the_decorator_stores_the_payload_and_defaults(self) -> None:
+        job_id = jobs.misbehave.enqueue(how="fine").id
+        assert row(job_id, "kind", "payload", "max_attempts") == (
+            "tests.misbehave",
+            {"how": "fine"},
+            3,
+        )
+        other = jobs.misbehave.using(max_attempts=9, delay=60).enqueue(how="x").id
+        assert row(other, "max_attempts")[0] == 9
+        assert 59 < seconds_from_now("run_after", other) <= 60
+
+    def test_key_function_coalesces_triggers(self) -> None:
+        first = jobs.keyed.enqueue(account=7, version=1)
+        second = jobs.keyed.enqueue(account=7, version=2)
+        assert second == (first.id, False)
+        assert row(first.id, "key", "payload") == ("account:7", {"account": 7, "version": 2})
+
+    def test_jobs_modules_are_discovered(self) -> None:
+        assert "tests.record" in registry.registered_kinds()
+
+    def test_registering_a_kind_twice_is_refused(self) -> None:
+        from django_pgjobs import job
+
+        with pytest.raises(ValueError, match="already registered"):
+            job(name="tests.record")(lambda ctx: None)
+
+    def test_bad_decorator_defaults_fail_at_decoration(self) -> None:
+        from django_pgjobs import job
+        from django_pgjobs.exceptions import InvalidPriority
+
+        with pytest.raises(InvalidPriority):
+            job(name="tests.never", priority=1000)(jobs.noop.func)
+        assert registry.get_definition("tests.never") is None
+
+    def test_default_queues_include_configured_and_declared_ones(self) -> None:
+        assert default_queues()[:2] == ["default", "slow"]
+
+
+class TestOutcomes:
+    def test_burst_drains_and_returns(self) -> None:
+        ids = [jobs.record.enqueue(label=str(i)).id for i in range(30)]
+        worker = drain()
+        assert count() == 0
+        assert sorted(int(r[0]) for r in notes()) == sorted(ids)
+        assert (worker.stats.claimed, worker.stats.succeeded) == (30, 30)
+
+    def test_plain_async_and_retained_results(self) -> None:
+        plain = jobs.plain.using(result_retention=60).enqueue(value=21).id
+        asynchronous = jobs.async_double.using(result_retention=60).enqueue(value=5).id
+        drain()
+        assert row(plain, "state", "result") == ("done", 42)
+        assert row(asynchronous, "state", "result") == ("done", 10)
+
+    def test_retry_raised_with_a_delay(self) -> None:
+        job_id = jobs.misbehave.enqueue(how="retry").id
+        drain()
+        assert row(job_id, "state", "last_error", "attempts") == ("pending", "not yet", 1)
+        assert 29 < seconds_from_now("run_after", job_id) <= 30
+
+    def test_fail_raised_dead_letters_with_the_reason(self) -> None:
+        job_id = jobs.misbehave.enqueue(how="fail").id
+        drain()
+        assert dead_row(job_id, "reason", "attempts") == ("hopeless", 1)
+
+    def test_an_exception_is_retried_with_backoff_and_recorded(self) -> None:
+        job_id = jobs.misbehave.using(queue="slow").enqueue(how="error").id
+        drain()
+        state, last_error, errors = row(job_id, "state", "last_error", "errors")
+        assert (state, last_error) == ("pending", "ValueError: bad value")
+        assert errors[0]["exception"] == "builtins.ValueError"
+        assert "bad value" in errors[0]["traceback"]
+        assert 0 < seconds_from_now("run_after", job_id) <= 2  # slow queue: base 2 s
+
+    def test_an_exception_on_the_last_attempt_dead_letters(self) -> None:
+        job_id = jobs.misbehave.using(max_attempts=1).enqueue(how="error").id
+        worker = drain()
+        assert dead_row(job_id, "reason", "last_error") == (
+            "max attempts exceeded",
+            "ValueError: bad value",
+        )
+        assert worker.stats.dead == 1
+
+    def test_a_non_json_result_dead_letters_at_once(self) -> None:
+        job_id = jobs.misbehave.enqueue(how="non_json").id
+        drain()
+        (reason,) = dead_row(job_id, "reason")
+        assert reason.startswith("result is not JSON")
+
+    def test_system_exit_in_a_handler_is_a_failure_not_an_exit(self) -> None:
+        job_id = jobs.misbehave.enqueue(how="exit").id
+        drain()
+        assert row(job_id, "state", "last_error") == ("pending", "SystemExit: 3")
+
+    def test_s25_unknown_kind_is_retried_with_backoff_never_imported(self) -> None:
+        job_id = Job.objects.enqueue("os.system", {"command": "touch /tmp/pwned"}).id
+        drain()
+        state, last_error, attempts = row(job_id, "state", "last_error", "attempts")
+        assert (state, last_error, attempts) == ("pending", "unknown job kind 'os.system'", 1)
+        assert seconds_from_now("run_after", job_id) > 4
+
+    def test_a_payload_that_is_not_an_object_dead_letters(self) -> None:
+        job_id = jobs.record.enqueue(label="x").id
+        execute("UPDATE pgjobs_job SET payload = '[1, 2]' WHERE id = %s", [job_id])
+        drain()
+        assert dead_row(job_id, "reason") == ("payload is not a JSON object: list",)
+
+    def test_max_jobs_stops_after_that_many(self) -> None:
+        for i in range(10):
+            jobs.record.enqueue(label=str(i))
+        worker = Worker(max_jobs=3, concurrency=2, sweep_interval=0, poll_interval=0.2)
+        assert worker.run() == 0
+        assert worker.stats.claimed == 3 and count() == 7
+
+
+class TestModes:
+    def test_s20_lease_mode_fenced_result_commits_with_its_ack(self) -> None:
+        job_id = jobs.fenced_record.enqueue(label="result").id
+        worker = drain()
+        assert notes() == [(job_id, "result", 1)]
+        assert count() == 0 and worker.stats.succeeded == 1
+
+    def test_s21_transaction_mode_commits_writes_and_deletion_together(self) -> None:
+        job_id = jobs.atomic_write.enqueue(text="once").id
+        drain()
+        assert notes() == [(job_id, "once", 1)]
+        assert count() == 0 and count("pgjobs_dead") == 0
+
+    def test_s21_transaction_mode_error_rolls_back_writes_and_records_the_failure(self) -> None:
+        job_id = jobs.atomic_write.using(queue="slow").enqueue(text="never", error=True).id
+        drain()
+        assert notes() == []
+        assert row(job_id, "state", "attempts", "last_error") == (
+            "pending",
+            1,
+            "RuntimeError: rolled back",
+        )
+
+
+class TestWakeUp:
+    def test_s23_an_idle_worker_starts_a_new_job_without_waiting_for_a_poll(self) -> None:
+        with running_worker(poll_interval=30) as worker:
+            wait_until(lambda: worker.stats.claimed == 0 and worker._listener.connected)
+            time.sleep(0.2)
+            started = time.monotonic()
+            jobs.record.enqueue(label="wake")
+            wait_until(lambda: count("tests_note") == 1, timeout=5)
+            latency = time.monotonic() - started
+        assert latency < 2.0  # a poll would take 30 s
+
+    def test_s23_with_notify_off_polling_alone_runs_the_job(self) -> None:
+        with (
+            override_settings(PGJOBS={"NOTIFY": False}),
+            running_worker(poll_interval=0.3) as worker,
+        ):
+            assert worker.listen is False
+            jobs.record.enqueue(label="polled")
+            wait_until(lambda: count("tests_note") == 1, timeout=5)
+
+    def test_s23_the_worker_sleeps_until_the_next_scheduled_job(self) -> None:
+        with running_worker(poll_interval=30) as worker:
+            wait_until(lambda: worker._listener.connected)
+            jobs.record.using(delay=1.5).enqueue(label="scheduled")
+            # A fresh delayed job sends no NOTIFY: nudge the worker once so it looks.
+            jobs.record.enqueue(label="now")
+            started = time.monotonic()
+            wait_until(lambda: count("tests_note") == 2, timeout=10)
+            waited = time.monotonic() - started
+        assert 1.0 < waited < 5.0
+
+
+class TestHeartbeats:
+    def test_s11_the_worker_heartbeats_long_jobs_so_they_are_not_reclaimed(self) -> None:
+        job_id = jobs.record.using(lease=2).enqueue(label="long", sleep=5).id
+        with running_worker(poll_interval=0.5) as worker:
+            wait_until(lambda: count("tests_note") == 1)
+            for _ in range(8):
+                time.sleep(0.5)
+                remaining = execute(
+                    "SELECT extract(epoch FROM claimed_until - now()) FROM pgjobs_job "
+                    "WHERE id = %s",
+                    [job_id],
+                )
+                if not remaining:
+                    break
+                assert float(remaining[0][0]) > 0  # never lapsed while its worker lives
+            wait_until(lambda: count() == 0, timeout=10)
+        assert notes() == [(job_id, "long", 1)]
+        assert worker.stats.succeeded == 1
