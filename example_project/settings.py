@@ -34,8 +34,11 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "django_extensions",
+    # Before django_extensions, whose own `runjobs` command would otherwise win.
     "django_pgjobs",
+    "django_extensions",
+    "example_project.ingestion",
+    "example_project.purge",
 ]
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -67,7 +70,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 PGJOBS = {
     "QUEUES": {
-        "emails": {"MAX_ATTEMPTS": 5, "BACKOFF_BASE": 5},
+        "ingestion": {"LEASE": 30, "BACKOFF_BASE": 5},
+        "maintenance": {"MAX_ATTEMPTS": 3},
     },
 }
 
