@@ -63,6 +63,46 @@ _PROMOTE_RERUN = """
     expires_at = j.rerun_expires_at, attempts = 0, claimed_by = NULL, claimed_until = NULL,
     rerun_payload = NULL, rerun_after = NULL, rerun_expires_at = NULL"""
 
+# S3 for INSERTs into pgjobs_job AS job: a live job of the same (kind, key) takes the new
+# trigger instead of a second row. Pending: payload (and schedule, for "replace") replaced.
+# Running: the trigger is stored and promoted when the run ends. "ignore": no change,
+# but the row still comes back so the caller learns the live job's id. `xmax = 0` tells
+# an inserted row from an updated one.
+_MERGE_INTO_LIVE_JOB = f"""{_ON_LIVE_KEY}
+    DO UPDATE SET
+        payload = CASE WHEN job.state = 'pending' AND %(on_conflict)s <> 'ignore'
+                       THEN excluded.payload ELSE job.payload END,
+        run_after = CASE WHEN job.state = 'pending' AND %(on_conflict)s = 'replace'
+                         THEN excluded.run_after ELSE job.run_after END,
+        expires_at = CASE WHEN job.state = 'pending' AND %(on_conflict)s <> 'ignore'
+                          THEN excluded.expires_at ELSE job.expires_at END,
+        rerun_payload = CASE WHEN job.state = 'running' AND %(on_conflict)s <> 'ignore'
+                             THEN excluded.payload ELSE job.rerun_payload END,
+        rerun_after = CASE
+            WHEN job.state = 'running' AND %(on_conflict)s = 'replace' THEN excluded.run_after
+            WHEN job.state = 'running' AND %(on_conflict)s = 'keep_schedule'
+                THEN coalesce(job.rerun_after, excluded.run_after)
+            ELSE job.rerun_after END,
+        rerun_expires_at = CASE WHEN job.state = 'running' AND %(on_conflict)s <> 'ignore'
+                                THEN excluded.expires_at ELSE job.rerun_expires_at END
+    RETURNING job.id, job.xmax = 0 AS inserted, job.queue,
+              job.state = 'pending' AND job.run_after <= now() AS runnable
+"""
+
+
+def _bury(last_error: str, errors: str, reason: str) -> str:
+    """Return SQL moving the rows of the CTE `buried` (read as `j`) to the dead table."""
+    return (
+        f"INSERT INTO pgjobs_dead (id, {_KEPT_COLUMNS}, last_error, errors, reason, died_at)\n"
+        f"    SELECT j.id, {_prefixed('j')}, {last_error}, {errors}, {reason}, now()\n"
+        "    FROM buried AS j"
+    )
+
+
+# The errors of a job whose lease lapsed, and of one whose final attempt failed.
+_LAPSED_ERRORS = _append_error("j.errors", _error_entry("'lease lapsed'"))
+_FINAL_ERRORS = _append_error("j.errors", "j.final_entry")
+
 _WAKE_PROMOTED = """
 woke AS (
     SELECT pg_notify(%(channel)s, p.queue)
@@ -83,25 +123,7 @@ WITH merged AS (
         0, %(max_attempts)s, %(lease_s)s,
         now() + make_interval(secs => %(expires_s)s::float8),
         %(payload)s::jsonb, '[]'::jsonb, %(result_ttl_s)s, now())
-    {_ON_LIVE_KEY}
-    DO UPDATE SET
-        payload = CASE WHEN job.state = 'pending' AND %(on_conflict)s <> 'ignore'
-                       THEN excluded.payload ELSE job.payload END,
-        run_after = CASE WHEN job.state = 'pending' AND %(on_conflict)s = 'replace'
-                         THEN excluded.run_after ELSE job.run_after END,
-        expires_at = CASE WHEN job.state = 'pending' AND %(on_conflict)s <> 'ignore'
-                          THEN excluded.expires_at ELSE job.expires_at END,
-        rerun_payload = CASE WHEN job.state = 'running' AND %(on_conflict)s <> 'ignore'
-                             THEN excluded.payload ELSE job.rerun_payload END,
-        rerun_after = CASE
-            WHEN job.state = 'running' AND %(on_conflict)s = 'replace' THEN excluded.run_after
-            WHEN job.state = 'running' AND %(on_conflict)s = 'keep_schedule'
-                THEN coalesce(job.rerun_after, excluded.run_after)
-            ELSE job.rerun_after END,
-        rerun_expires_at = CASE WHEN job.state = 'running' AND %(on_conflict)s <> 'ignore'
-                                THEN excluded.expires_at ELSE job.rerun_expires_at END
-    RETURNING job.id, job.xmax = 0 AS inserted, job.queue,
-              job.state = 'pending' AND job.run_after <= now() AS runnable
+    {_MERGE_INTO_LIVE_JOB}
 ),
 woke AS (
     SELECT pg_notify(%(channel)s, queue) FROM merged WHERE %(notify)s AND runnable
@@ -128,25 +150,7 @@ WITH merged AS (
          WITH ORDINALITY AS i(queue, kind, key, priority, delay_s, run_after, max_attempts,
                               lease_s, expires_s, payload, result_ttl_s, n)
     ORDER BY i.n
-    {_ON_LIVE_KEY}
-    DO UPDATE SET
-        payload = CASE WHEN job.state = 'pending' AND %(on_conflict)s <> 'ignore'
-                       THEN excluded.payload ELSE job.payload END,
-        run_after = CASE WHEN job.state = 'pending' AND %(on_conflict)s = 'replace'
-                         THEN excluded.run_after ELSE job.run_after END,
-        expires_at = CASE WHEN job.state = 'pending' AND %(on_conflict)s <> 'ignore'
-                          THEN excluded.expires_at ELSE job.expires_at END,
-        rerun_payload = CASE WHEN job.state = 'running' AND %(on_conflict)s <> 'ignore'
-                             THEN excluded.payload ELSE job.rerun_payload END,
-        rerun_after = CASE
-            WHEN job.state = 'running' AND %(on_conflict)s = 'replace' THEN excluded.run_after
-            WHEN job.state = 'running' AND %(on_conflict)s = 'keep_schedule'
-                THEN coalesce(job.rerun_after, excluded.run_after)
-            ELSE job.rerun_after END,
-        rerun_expires_at = CASE WHEN job.state = 'running' AND %(on_conflict)s <> 'ignore'
-                                THEN excluded.expires_at ELSE job.rerun_expires_at END
-    RETURNING job.id, job.xmax = 0 AS inserted, job.queue,
-              job.state = 'pending' AND job.run_after <= now() AS runnable
+    {_MERGE_INTO_LIVE_JOB}
 ),
 woke AS (
     -- One NOTIFY per queue: PostgreSQL would fold them anyway, this skips the calls.
@@ -219,17 +223,13 @@ buried AS (
     RETURNING j.*
 ),
 dead AS (
-    INSERT INTO pgjobs_dead (id, {_KEPT_COLUMNS}, last_error, errors, reason, died_at)
-    SELECT j.id, {_prefixed("j")}, 'lease lapsed',
-           {_append_error("j.errors", _error_entry("'lease lapsed'"))},
-           'max attempts exceeded', now()
-    FROM buried AS j
+    {_bury("'lease lapsed'", _LAPSED_ERRORS, "'max attempts exceeded'")}
 ),
 promoted AS (
     UPDATE pgjobs_job AS j
     SET {_PROMOTE_RERUN},
         last_error = 'lease lapsed',
-        errors = {_append_error("j.errors", _error_entry("'lease lapsed'"))}
+        errors = {_LAPSED_ERRORS}
     FROM lapsed AS l
     WHERE j.id = l.id AND l.exhausted AND l.has_rerun
 )
@@ -243,7 +243,7 @@ SET state = 'running',
     -- A lapsed claim being taken over: its attempt ended without a word, say so.
     last_error = CASE WHEN j.state = 'running' THEN 'lease lapsed' ELSE j.last_error END,
     errors = CASE WHEN j.state = 'running'
-                  THEN {_append_error("j.errors", _error_entry("'lease lapsed'"))}
+                  THEN {_LAPSED_ERRORS}
                   ELSE j.errors END
 FROM picked AS p
 WHERE j.id = p.id
@@ -326,10 +326,7 @@ buried AS (
     RETURNING j.*, t.error AS final_error, t.entry AS final_entry
 ),
 dead AS (
-    INSERT INTO pgjobs_dead (id, {_KEPT_COLUMNS}, last_error, errors, reason, died_at)
-    SELECT j.id, {_prefixed("j")}, j.final_error,
-           {_append_error("j.errors", "j.final_entry")}, 'max attempts exceeded', now()
-    FROM buried AS j
+    {_bury("j.final_error", _FINAL_ERRORS, "'max attempts exceeded'")}
     RETURNING id
 ),
 {_WAKE_PROMOTED}
@@ -363,10 +360,7 @@ buried AS (
     RETURNING j.*, t.error AS final_error, t.entry AS final_entry
 ),
 dead AS (
-    INSERT INTO pgjobs_dead (id, {_KEPT_COLUMNS}, last_error, errors, reason, died_at)
-    SELECT j.id, {_prefixed("j")}, j.final_error,
-           {_append_error("j.errors", "j.final_entry")}, j.final_error, now()
-    FROM buried AS j
+    {_bury("j.final_error", _FINAL_ERRORS, "j.final_error")}
     RETURNING id
 ),
 {_WAKE_PROMOTED}
@@ -518,9 +512,7 @@ buried AS (
     RETURNING j.*
 ),
 dead AS (
-    INSERT INTO pgjobs_dead (id, {_KEPT_COLUMNS}, last_error, errors, reason, died_at)
-    SELECT j.id, {_prefixed("j")}, j.last_error, j.errors, 'expired', now()
-    FROM buried AS j
+    {_bury("j.last_error", "j.errors", "'expired'")}
     RETURNING id
 ),
 promoted AS (
@@ -552,17 +544,13 @@ buried AS (
     RETURNING j.*
 ),
 dead AS (
-    INSERT INTO pgjobs_dead (id, {_KEPT_COLUMNS}, last_error, errors, reason, died_at)
-    SELECT j.id, {_prefixed("j")}, 'lease lapsed',
-           {_append_error("j.errors", _error_entry("'lease lapsed'"))},
-           'max attempts exceeded', now()
-    FROM buried AS j
+    {_bury("'lease lapsed'", _LAPSED_ERRORS, "'max attempts exceeded'")}
     RETURNING id
 ),
 promoted AS (
     UPDATE pgjobs_job AS j
     SET {_PROMOTE_RERUN}, last_error = 'lease lapsed',
-        errors = {_append_error("j.errors", _error_entry("'lease lapsed'"))}
+        errors = {_LAPSED_ERRORS}
     FROM target AS t
     WHERE j.id = t.id AND t.has_rerun
     RETURNING j.queue, j.run_after
