@@ -1,0 +1,1 @@
+"""django_pgjobs benchmarks: `python -m bench` (see README's Performance section)."""

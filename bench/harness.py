@@ -1,0 +1,200 @@
+"""What every benchmark needs: a scratch database, worker processes, figures, a table."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_DATABASE = "pgjobs_bench"
+WORKER_APP_NAME = "pgjobs-bench-worker"
+
+
+@dataclass
+class Figure:
+    """One measured figure, with the same-run ceiling it is compared to, if any."""
+
+    benchmark: str
+    name: str
+    value: float
+    unit: str
+    ceiling: float | None = None
+    target: str = ""
+    met: bool | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        if self.ceiling in (None, 0):
+            return None
+        return self.value / self.ceiling  # type: ignore[operator]
+
+
+class Database:
+    """A scratch database on the server of `server_url`, recreated for the run."""
+
+    def __init__(self, server_url: str) -> None:
+        parts = urlsplit(server_url)
+        self.admin_url = server_url
+        self.url = urlunsplit(parts._replace(path=f"/{BENCH_DATABASE}"))
+
+    def recreate(self) -> None:
+        with psycopg.connect(self.admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{BENCH_DATABASE}" WITH (FORCE)')
+            admin.execute(f'CREATE DATABASE "{BENCH_DATABASE}"')
+
+    def drop(self) -> None:
+        with psycopg.connect(self.admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{BENCH_DATABASE}" WITH (FORCE)')
+
+    @contextmanager
+    def connect(self) -> Iterator[psycopg.Connection[Any]]:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            yield conn
+
+    def server_facts(self) -> dict[str, Any]:
+        with self.connect() as conn:
+            version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+            settings = dict(
+                conn.execute(
+                    "SELECT name, setting FROM pg_settings WHERE name IN "
+                    "('synchronous_commit', 'fsync', 'shared_buffers', 'max_connections')"
+                ).fetchall()
+            )
+        return {"postgresql": version, **settings}
+
+    def reset_jobs(self) -> None:
+        with self.connect() as conn:
+            conn.execute("TRUNCATE pgjobs_job, pgjobs_dead, bench_stamp")
+            conn.execute("VACUUM ANALYZE pgjobs_job")
+
+    def count(self, table: str = "pgjobs_job", where: str = "true") -> int:
+        with self.connect() as conn:
+            return int(conn.execute(f"SELECT count(*) FROM {table} WHERE {where}").fetchone()[0])  # type: ignore[index]
+
+
+class WorkerProcess:
+    """`manage.py runjobs` with the bench settings; its stderr is kept for parsing."""
+
+    def __init__(self, database: Database, *args: str) -> None:
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "bench.settings",
+            "DATABASE_URL": database.url,
+            "PYTHONPATH": str(ROOT),
+            "PGAPPNAME": WORKER_APP_NAME,
+        }
+        self.log_path = Path(f"/tmp/pgjobs-bench-{uuid.uuid4().hex[:8]}.log")
+        self._log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "runjobs", "--no-status", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait(self, timeout: float) -> int:
+        code = self.process.wait(timeout)
+        self._log.close()
+        if code not in (0, -9):
+            raise RuntimeError(f"runjobs exited {code}:\n{self.output()[-3000:]}")
+        return code
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self._log.close()
+
+    def terminate(self, timeout: float = 60) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+        self.wait(timeout)
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def drain_window(self) -> tuple[float, float] | None:
+        """(first claim, last recorded outcome) from the worker's closing log line."""
+        match = re.search(r"first_claim_at=([\d.]+) last_recorded_at=([\d.]+)", self.output())
+        return (float(match.group(1)), float(match.group(2))) if match else None
+
+    def cleanup(self) -> None:
+        self.kill()
+        self.log_path.unlink(missing_ok=True)
+
+
+def wait_for(condition: Any, timeout: float, interval: float = 0.05, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def machine_facts() -> dict[str, Any]:
+    return {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def render_table(figures: list[Figure]) -> str:
+    header = ("benchmark", "figure", "value", "ceiling", "ratio", "target", "met")
+    rows = [header]
+    for figure in figures:
+        rows.append(
+            (
+                figure.benchmark,
+                figure.name,
+                f"{_number(figure.value)} {figure.unit}",
+                f"{_number(figure.ceiling)} {figure.unit}" if figure.ceiling is not None else "",
+                f"{figure.ratio:.0%}" if figure.ratio is not None else "",
+                figure.target,
+                {True: "yes", False: "NO", None: ""}[figure.met],
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return ""
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def write_json(path: Path, figures: list[Figure], facts: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "facts": facts,
+        "figures": [{**asdict(figure), "ratio": figure.ratio} for figure in figures],
+    }
+    path.write_text(json.dumps(payload, indent=2))

@@ -1,0 +1,25 @@
+"""The jobs the benchmarks run."""
+
+import time
+
+from bench.models import Stamp
+from django_pgjobs import job
+from django_pgjobs.handles import JobHandle
+
+
+@job(name="bench.noop")
+def noop() -> None:
+    """Nothing at all: the queue's own cost."""
+
+
+@job(name="bench.stamp")
+def stamp(ctx: JobHandle) -> None:
+    started = time.time()
+    Stamp.objects.create(job_id=ctx.id, started=started)
+
+
+@job(name="bench.hold")
+def hold(ctx: JobHandle, seconds: float) -> None:
+    """Hold the first attempt for `seconds` (long enough to be killed); later ones return."""
+    if ctx.attempt == 1:
+        time.sleep(seconds)

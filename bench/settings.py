@@ -1,0 +1,26 @@
+"""Settings of the benchmark processes: django_pgjobs at its default settings.
+
+The harness (`python -m bench`) creates the database and always sets DATABASE_URL.
+"""
+
+import os
+
+from django_pgjobs.localdb import database_settings
+
+SECRET_KEY = "bench-not-a-secret"
+USE_TZ = True
+TIME_ZONE = "UTC"
+DATABASES = {"default": database_settings(os.environ["DATABASE_URL"])}
+# Persistent connections, as production sites run them (and as preparing statements needs).
+DATABASES["default"]["CONN_MAX_AGE"] = 60
+INSTALLED_APPS = ["django.contrib.contenttypes", "django_pgjobs", "bench"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "django_pgjobs.worker": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
+        "django_pgjobs.jobs": {"handlers": ["stderr"], "level": "ERROR", "propagate": False},
+    },
+}

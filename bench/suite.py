@@ -1,0 +1,437 @@
+"""The benchmarks. Each returns Figures; the ceilings are measured in the same run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from bench.harness import WORKER_APP_NAME, Database, Figure, WorkerProcess, wait_for
+
+
+@dataclass(frozen=True)
+class Sizes:
+    enqueue_singles: int = 3000
+    enqueue_many: int = 100_000
+    drain: int = 50_000
+    drain_grid: tuple[tuple[int, int], ...] = (
+        (1, 32),
+        (1, 64),
+        (1, 128),
+        (2, 64),
+        (2, 128),
+        (4, 64),
+    )
+    wake_jobs: int = 500
+    wake_gap_s: float = 0.02
+    scale_extra: int = 1_000_000
+    scale_backlog: int = 1_000_000
+    claim_samples: int = 300
+    recovery_jobs: int = 100
+    recovery_lease_s: int = 5
+    idle_seconds: float = 30.0
+
+
+SMOKE = Sizes(
+    enqueue_singles=100,
+    enqueue_many=2_000,
+    drain=1_000,
+    drain_grid=((2, 10),),
+    wake_jobs=20,
+    scale_extra=5_000,
+    scale_backlog=3_000,
+    claim_samples=20,
+    recovery_jobs=5,
+    recovery_lease_s=2,
+    idle_seconds=1.0,
+)
+
+INSERT_NOOPS = """
+INSERT INTO pgjobs_job (queue, kind, state, priority, run_after, attempts, max_attempts,
+                        lease_s, payload, errors, created_at)
+SELECT 'default', 'bench.noop', 'pending', 0, now() + %(offset)s::interval, 0, 10, 60,
+       '{}', '[]', now()
+FROM generate_series(1, %(n)s)
+"""
+INSERT_DEAD = """
+INSERT INTO pgjobs_dead (id, queue, kind, priority, run_after, attempts, max_attempts,
+                         lease_s, payload, errors, created_at, reason, died_at, last_error)
+SELECT -g, 'default', 'bench.noop', 0, now(), 10, 10, 60, '{}', '[]', now(),
+       'max attempts exceeded', now() - g * interval '1 s', 'boom'
+FROM generate_series(1, %(n)s) AS g
+"""
+
+
+def enqueue(database: Database, sizes: Sizes) -> list[Figure]:
+    """The request path: one enqueue per transaction.atomic(), against plain psycopg
+    INSERT + commit; and enqueue_many of many jobs."""
+    from django.db import connection, transaction
+
+    from django_pgjobs.models import Job
+
+    n = sizes.enqueue_singles
+    database.reset_jobs()
+    with psycopg.connect(database.url) as conn:  # not autocommit: INSERT, then commit
+        started = time.perf_counter()
+        for i in range(n):
+            conn.execute(
+                "INSERT INTO pgjobs_job (queue, kind, state, max_attempts, lease_s, payload) "
+                "VALUES ('default', 'bench.noop', 'pending', 10, 60, %s::jsonb)",
+                [f'{{"i": {i}}}'],
+            )
+            conn.commit()
+        ceiling = n / (time.perf_counter() - started)
+    database.reset_jobs()
+    connection.ensure_connection()
+    started = time.perf_counter()
+    for i in range(n):
+        with transaction.atomic():
+            Job.objects.enqueue("bench.noop", {"i": i})
+    rate = n / (time.perf_counter() - started)
+    database.reset_jobs()
+    many = [{"kind": "bench.noop", "payload": {"i": i}} for i in range(sizes.enqueue_many)]
+    started = time.perf_counter()
+    with transaction.atomic():
+        Job.objects.enqueue_many(many)
+    bulk_rate = sizes.enqueue_many / (time.perf_counter() - started)
+    database.reset_jobs()
+    return [
+        Figure(
+            "enqueue",
+            "enqueue in transaction.atomic()",
+            rate,
+            "jobs/s",
+            ceiling=ceiling,
+            target=">= 80% of ceiling",
+            met=rate >= 0.8 * ceiling,
+            details={"jobs": n, "ceiling": "psycopg: one INSERT and a commit per job"},
+        ),
+        Figure(
+            "enqueue",
+            "enqueue_many",
+            bulk_rate,
+            "jobs/s",
+            target=">= 100,000 jobs/s",
+            met=bulk_rate >= 100_000,
+            details={"jobs": sizes.enqueue_many},
+        ),
+    ]
+
+
+def drain_ceiling(database: Database, n: int) -> float:
+    """Plain psycopg: DELETE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 100)."""
+    database.reset_jobs()
+    with database.connect() as conn:
+        conn.execute(INSERT_NOOPS, {"n": n, "offset": "0 s"})
+        conn.execute("VACUUM ANALYZE pgjobs_job")
+        started = time.perf_counter()
+        drained = 0
+        while True:
+            deleted = conn.execute(
+                "DELETE FROM pgjobs_job WHERE id IN (SELECT id FROM pgjobs_job "
+                "WHERE state = 'pending' AND queue = 'default' AND run_after <= now() "
+                "ORDER BY priority DESC, run_after, id LIMIT 100 FOR UPDATE SKIP LOCKED)"
+            ).rowcount
+            if not deleted:
+                break
+            drained += deleted
+        return drained / (time.perf_counter() - started)
+
+
+def timed_drain(
+    database: Database, n: int, processes: int, args: tuple[str, ...], remaining: int = 0
+) -> float:
+    """Run `n` runnable no-op jobs (already in the table) with `runjobs --burst` (or
+    `--max-jobs`, leaving `remaining` behind); return jobs per second."""
+    flags = () if "--max-jobs" in args else ("--burst",)
+    workers = [WorkerProcess(database, *flags, *args) for _ in range(processes)]
+    try:
+        for worker in workers:
+            worker.wait(timeout=max(600, n / 500))
+        windows = [w.drain_window() for w in workers]
+        spans = [window for window in windows if window is not None]
+        if not spans:
+            raise RuntimeError("no worker reported a drain window:\n" + workers[0].output())
+        left = database.count(where="run_after <= now()")
+        if left != remaining:
+            raise RuntimeError(f"{left} runnable jobs were left, not {remaining}")
+        return n / (max(end for _, end in spans) - min(start for start, _ in spans))
+    finally:
+        for worker in workers:
+            worker.cleanup()
+
+
+def fill_runnable(database: Database, n: int) -> None:
+    with database.connect() as conn:
+        conn.execute(INSERT_NOOPS, {"n": n, "offset": "0 s"})
+        conn.execute("VACUUM ANALYZE pgjobs_job")
+
+
+def drain(database: Database, sizes: Sizes) -> list[Figure]:
+    n = sizes.drain
+    ceiling = drain_ceiling(database, n)
+    database.reset_jobs()
+    fill_runnable(database, n)
+    default_rate = timed_drain(database, n, 1, ())
+    best: tuple[float, int, int | None] = (default_rate, 1, None)
+    grid = {}
+    for processes, concurrency in sizes.drain_grid:
+        database.reset_jobs()
+        fill_runnable(database, n)
+        rate = timed_drain(database, n, processes, ("--concurrency", str(concurrency)))
+        grid[f"{processes}x{concurrency}"] = round(rate)
+        if rate > best[0]:
+            best = (rate, processes, concurrency)
+    database.reset_jobs()
+    return [
+        Figure(
+            "drain",
+            "1 process, default settings",
+            default_rate,
+            "jobs/s",
+            ceiling=ceiling,
+            target=">= 15,000 jobs/s",
+            met=default_rate >= 15_000,
+            details={"jobs": n, "ceiling": "psycopg DELETE ... SKIP LOCKED LIMIT 100 loop"},
+        ),
+        Figure(
+            "drain",
+            f"best: {best[1]} process(es) x concurrency {best[2] or 'default'}",
+            best[0],
+            "jobs/s",
+            ceiling=ceiling,
+            target=">= 20,000 jobs/s",
+            met=best[0] >= 20_000,
+            details={"jobs": n, "grid (processes x concurrency)": grid},
+        ),
+    ]
+
+
+def wake_latency(database: Database, sizes: Sizes) -> list[Figure]:
+    """An idle worker; jobs enqueued one at a time; commit to the handler's first line."""
+    from django.db import transaction
+
+    from bench.models import Stamp
+    from django_pgjobs.models import Job
+
+    database.reset_jobs()
+    worker = WorkerProcess(database)
+    try:
+        wait_for(lambda: _listeners(database) >= 1, timeout=30, what="the worker to LISTEN")
+        time.sleep(0.5)
+        committed: dict[int, float] = {}
+        for _ in range(sizes.wake_jobs):
+            with transaction.atomic():
+                job_id = Job.objects.enqueue("bench.stamp").id
+            committed[job_id] = time.time()
+            time.sleep(sizes.wake_gap_s)
+        wait_for(lambda: Stamp.objects.count() >= sizes.wake_jobs, timeout=60, what="every stamp")
+        started = dict(Stamp.objects.values_list("job_id", "started"))
+    finally:
+        worker.terminate()
+        worker.cleanup()
+    latencies = sorted((started[i] - committed[i]) * 1000 for i in committed)
+    database.reset_jobs()
+
+    def percentile(p: float) -> float:
+        return latencies[min(len(latencies) - 1, round(p * (len(latencies) - 1)))]
+
+    p50, p95, p99 = percentile(0.50), percentile(0.95), percentile(0.99)
+    details = {"jobs": sizes.wake_jobs, "gap_ms": sizes.wake_gap_s * 1000}
+    return [
+        Figure("wake", "p50", p50, "ms", target="<= 1 ms", met=p50 <= 1, details=details),
+        Figure("wake", "p95", p95, "ms", details=details),
+        Figure("wake", "p99", p99, "ms", target="<= 3 ms", met=p99 <= 3, details=details),
+        Figure("wake", "max", latencies[-1], "ms", details=details),
+    ]
+
+
+def _claim_latency_ms(samples: int) -> float:
+    from django.db import connection
+
+    from django_pgjobs.models import Job
+
+    connection.ensure_connection()
+    timings = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        handle = Job.objects.claim_one("default", "bench-claimer")
+        timings.append(time.perf_counter() - started)
+        if handle is None:
+            break
+        handle.ack()
+    return statistics.median(timings) * 1000
+
+
+def scale(database: Database, sizes: Sizes) -> list[Figure]:
+    n = sizes.drain
+    database.reset_jobs()
+    fill_runnable(database, n)
+    empty_claim_ms = _claim_latency_ms(sizes.claim_samples)
+    database.reset_jobs()
+    fill_runnable(database, n)
+    empty_rate = timed_drain(database, n, 1, ())
+
+    database.reset_jobs()
+    with database.connect() as conn:
+        conn.execute(INSERT_NOOPS, {"n": sizes.scale_extra, "offset": "1 day"})
+        conn.execute(INSERT_DEAD, {"n": sizes.scale_extra})
+        conn.execute(INSERT_NOOPS, {"n": n, "offset": "0 s"})
+        conn.execute("VACUUM ANALYZE pgjobs_job")
+        conn.execute("VACUUM ANALYZE pgjobs_dead")
+    crowded_claim_ms = _claim_latency_ms(sizes.claim_samples)
+    with database.connect() as conn:
+        conn.execute("DELETE FROM pgjobs_job WHERE run_after <= now()")
+        conn.execute(INSERT_NOOPS, {"n": n, "offset": "0 s"})
+        conn.execute("VACUUM ANALYZE pgjobs_job")
+    crowded_rate = timed_drain(database, n, 1, ())
+
+    # The backlog: drain the first `n` jobs of it (draining all of it would take as long
+    # as the rest of the suite; the rate is what a backlog of this size allows).
+    database.reset_jobs()
+    fill_runnable(database, sizes.scale_backlog)
+    backlog_rate = timed_drain(
+        database, n, 1, ("--max-jobs", str(n)), remaining=sizes.scale_backlog - n
+    )
+    database.reset_jobs()
+    extra = f"{sizes.scale_extra:,} scheduled + {sizes.scale_extra:,} dead rows"
+    return [
+        Figure(
+            "scale",
+            f"drain with {extra}",
+            crowded_rate,
+            "jobs/s",
+            ceiling=empty_rate,
+            target=">= 90% of empty-table drain",
+            met=crowded_rate >= 0.9 * empty_rate,
+            details={"jobs": n, "ceiling": "the same drain on empty tables"},
+        ),
+        Figure(
+            "scale",
+            f"claim_one latency with {extra}",
+            crowded_claim_ms,
+            "ms",
+            ceiling=empty_claim_ms,
+            details={"samples": sizes.claim_samples, "ceiling": "claim_one on empty tables"},
+        ),
+        Figure(
+            "scale",
+            f"drain of {n:,} jobs from a {sizes.scale_backlog:,}-job backlog",
+            backlog_rate,
+            "jobs/s",
+            ceiling=empty_rate,
+            target=">= 80% of empty-table drain",
+            met=backlog_rate >= 0.8 * empty_rate,
+            details={"ceiling": f"the same drain of {n:,} jobs"},
+        ),
+    ]
+
+
+def recovery(database: Database, sizes: Sizes) -> list[Figure]:
+    """kill -9 a worker holding jobs; time until another worker has done them all."""
+    from django_pgjobs.models import Job
+
+    database.reset_jobs()
+    n, lease = sizes.recovery_jobs, sizes.recovery_lease_s
+    doomed = WorkerProcess(database, "--concurrency", str(n))
+    rescuer = None
+    try:
+        Job.objects.enqueue_many(
+            [{"kind": "bench.hold", "payload": {"seconds": 600}, "lease": lease}] * n
+        )
+        wait_for(
+            lambda: database.count(where="state = 'running'") == n, 60, what="every job to run"
+        )
+        rescuer = WorkerProcess(database, "--concurrency", str(n))
+        wait_for(lambda: _listeners(database) >= 2, 30, what="the rescuer to LISTEN")
+        killed = time.monotonic()
+        os.kill(doomed.pid, signal.SIGKILL)
+        wait_for(lambda: database.count() == 0, 120, interval=0.02, what="the jobs to be redone")
+        took = time.monotonic() - killed
+    finally:
+        doomed.kill()
+        doomed.cleanup()
+        if rescuer is not None:
+            rescuer.terminate()
+            rescuer.cleanup()
+    database.reset_jobs()
+    return [
+        Figure(
+            "recovery",
+            f"{n} jobs after kill -9 (lease {lease} s)",
+            took,
+            "s",
+            target=f"<= {lease + 1} s",
+            met=took <= lease + 1,
+        )
+    ]
+
+
+def _listeners(database: Database) -> int:
+    with database.connect() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%%LISTEN %%' "
+            "AND datname = current_database() AND application_name = %s",
+            [WORKER_APP_NAME],
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def footprint(database: Database, sizes: Sizes) -> list[Figure]:
+    from django_pgjobs.models import Job
+
+    database.reset_jobs()
+    worker = WorkerProcess(database, "--concurrency", "8")
+    try:
+        Job.objects.enqueue_many([{"kind": "bench.noop"}] * 2000)
+        wait_for(lambda: database.count() == 0, 60, what="the warm-up jobs")
+        time.sleep(1)
+        rss_mb = _rss_kb(worker.pid) / 1024
+        before = _cpu_seconds(worker.pid)
+        time.sleep(sizes.idle_seconds)
+        idle_cpu = (_cpu_seconds(worker.pid) - before) / sizes.idle_seconds * 100
+    finally:
+        worker.terminate()
+        worker.cleanup()
+    return [
+        Figure(
+            "footprint", "RSS at concurrency 8", rss_mb, "MB", target="<= 80 MB", met=rss_mb <= 80
+        ),
+        Figure(
+            "footprint",
+            f"idle CPU over {sizes.idle_seconds:g} s",
+            idle_cpu,
+            "%",
+            target="< 1 %",
+            met=idle_cpu < 1,
+        ),
+    ]
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
+    "enqueue": enqueue,
+    "drain": drain,
+    "wake": wake_latency,
+    "scale": scale,
+    "recovery": recovery,
+    "footprint": footprint,
+}
