@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 
 DAY = 86_400
 
@@ -76,6 +77,16 @@ class Settings:
     #: Prune dead letters this long after they died (None: keep forever).
     DEAD_RETENTION: float | timedelta | None = 30 * DAY
 
+    # Database
+    #: Workers prepare their claim and completion statements once per connection and plan
+    #: them once (session settings on their own connection). Switch off behind a pooler
+    #: in transaction mode, which cannot keep either.
+    PREPARE: bool = True
+    #: Claims, heartbeats and completions made outside a transaction commit without
+    #: waiting for the WAL flush; a database crash may lose their last moments, and those
+    #: jobs run again, as after a worker crash. Enqueues are never affected.
+    ASYNC_BOOKKEEPING: bool = True
+
     # Limits
     #: Largest payload accepted, in bytes of its JSON text.
     MAX_PAYLOAD_BYTES: int = 1_048_576
@@ -98,19 +109,27 @@ class Settings:
 
     def __getattribute__(self, name: str) -> Any:
         if name.isupper():
-            configured = getattr(django_settings, "PGJOBS", None) or {}
+            configured = _configured()
             if name in configured:
                 return configured[name]
-            return getattr(type(self), name)
+            return getattr(Settings, name)
         return super().__getattribute__(name)
 
     def queue_options(self, queue: str) -> QueueOptions:
         """Resolve a queue's options: its entry in `QUEUES`, else the global defaults.
 
+        Resolved once per queue and kept until the PGJOBS setting changes.
+
         Raises:
             ImproperlyConfigured: a value is of the wrong type or out of range.
         """
-        return self._resolve_options(self.QUEUES.get(queue, {}), f"PGJOBS['QUEUES'][{queue!r}]")
+        options = _resolved_queues.get(queue)
+        if options is None:
+            options = self._resolve_options(
+                self.QUEUES.get(queue, {}), f"PGJOBS['QUEUES'][{queue!r}]"
+            )
+            _resolved_queues[queue] = options
+        return options
 
     def default_options(self) -> QueueOptions:
         """Return the options of a queue that has no entry in `QUEUES`."""
@@ -163,6 +182,7 @@ class Settings:
     def validate(self) -> None:
         """Check every setting, raising ImproperlyConfigured for the first bad one."""
         configured = getattr(django_settings, "PGJOBS", None)
+        _pgjobs_dict[0] = None  # validate what the settings hold now
         if configured is None:
             return
         if not isinstance(configured, dict):
@@ -176,8 +196,9 @@ class Settings:
         for name in ("DATABASE", "DEFAULT_QUEUE", "CHANNEL"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be a non-empty string.")
-        if not isinstance(self.NOTIFY, bool):
-            raise ImproperlyConfigured("PGJOBS['NOTIFY'] must be True or False.")
+        for name in ("NOTIFY", "PREPARE", "ASYNC_BOOKKEEPING"):
+            if not isinstance(getattr(self, name), bool):
+                raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be True or False.")
         for name in ("MAX_PAYLOAD_BYTES", "ERRORS_KEPT", "SWEEP_BATCH", "CONCURRENCY"):
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
@@ -225,5 +246,27 @@ def _optional_whole_seconds(value: Any, what: str) -> int | None:
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
+
+#: Queue options resolved so far; emptied whenever the PGJOBS setting changes.
+_resolved_queues: dict[str, QueueOptions] = {}
+#: settings.PGJOBS as last read (None: read it again); reset with the cache above.
+_pgjobs_dict: list[dict[str, Any] | None] = [None]
+
+
+def _configured() -> dict[str, Any]:
+    configured = _pgjobs_dict[0]
+    if configured is None:
+        configured = getattr(django_settings, "PGJOBS", None) or {}
+        _pgjobs_dict[0] = configured
+    return configured
+
+
+def _forget_resolved(*, setting: str, **kwargs: Any) -> None:
+    if setting == "PGJOBS":
+        _resolved_queues.clear()
+        _pgjobs_dict[0] = None
+
+
+setting_changed.connect(_forget_resolved)
 
 pgjobs_settings = Settings()

@@ -1,4 +1,4 @@
-"""The sweeper (DESIGN S24): expiry, stranded claims and retention, in bounded batches.
+"""The sweeper (DESIGN S24): expiry, lapsed claims and retention, in bounded batches.
 
 `Sweeper().run_once()` is what `manage.py sweepjobs` and every worker's loop call. Each
 batch is one short statement that skips rows other transactions hold, so any number of
@@ -26,6 +26,7 @@ class SweepResult:
     """What one sweep moved and deleted."""
 
     expired: int = 0
+    lapsed_requeued: int = 0
     lapsed_dead: int = 0
     triggers_promoted: int = 0
     dead_pruned: int = 0
@@ -37,6 +38,7 @@ class SweepResult:
     def total(self) -> int:
         return (
             self.expired
+            + self.lapsed_requeued
             + self.lapsed_dead
             + self.triggers_promoted
             + self.dead_pruned
@@ -70,7 +72,15 @@ class Sweeper:
         from django_pgjobs.models import DeadJob, Job
 
         counts = dict.fromkeys(
-            ("expired", "lapsed_dead", "triggers_promoted", "dead_pruned", "done_pruned"), 0
+            (
+                "expired",
+                "lapsed_requeued",
+                "lapsed_dead",
+                "triggers_promoted",
+                "dead_pruned",
+                "done_pruned",
+            ),
+            0,
         )
         limit, using = self.batch_size, self.using
 
@@ -80,11 +90,12 @@ class Sweeper:
             counts["triggers_promoted"] += promoted
             return dead + promoted
 
-        def bury_lapsed() -> int:
-            dead, promoted = Job.objects.sweep_lapsed_exhausted(limit, using=using)
-            counts["lapsed_dead"] += dead
-            counts["triggers_promoted"] += promoted
-            return dead + promoted
+        def rescue_lapsed() -> int:
+            rescued = Job.objects.rescue_lapsed(None, limit, using=using)
+            counts["lapsed_requeued"] += rescued.requeued
+            counts["lapsed_dead"] += rescued.dead
+            counts["triggers_promoted"] += rescued.promoted
+            return rescued.total
 
         def prune_done() -> int:
             return Job.objects.prune_done(limit, using=using)
@@ -101,7 +112,7 @@ class Sweeper:
 
         passes: list[tuple[str | None, Callable[[], int]]] = [
             (None, expire),
-            (None, bury_lapsed),
+            (None, rescue_lapsed),
             ("done_pruned", prune_done),
         ]
         for queue in configured:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import psycopg
 from django.db import connections, models, transaction
 
 from django_pgjobs import options, registry, sql
@@ -51,6 +54,18 @@ class EnqueueResult(NamedTuple):
     @property
     def merged(self) -> bool:
         return not self.inserted
+
+
+class RescueResult(NamedTuple):
+    """What a rescue of lapsed claims did: back to pending, dead, triggers promoted."""
+
+    requeued: int
+    dead: int
+    promoted: int
+
+    @property
+    def total(self) -> int:
+        return self.requeued + self.dead + self.promoted
 
 
 class RequeueResult(NamedTuple):
@@ -166,8 +181,12 @@ class JobManager(models.Manager["Job"]):
             defaults=registry.decorator_defaults(kind) if isinstance(kind, str) else None,
         )
         params = resolved.as_params()
-        params.update(on_conflict=on_conflict, **_wake_params())
-        (row,) = _fetchall(sql.ENQUEUE_JOB, params, using)
+        params.update(_wake_params())
+        if resolved.key is None:
+            (row,) = _fetchall(sql.INSERT_JOB, params, using)
+        else:
+            params["on_conflict"] = on_conflict
+            (row,) = _fetchall(sql.ENQUEUE_JOB, params, using)
         return EnqueueResult(id=row[0], inserted=row[1])
 
     def enqueue_many(
@@ -197,17 +216,7 @@ class JobManager(models.Manager["Job"]):
             return []
         rows, positions = _fold_duplicate_keys(resolved, on_conflict)
         params = {
-            "queues": [job.queue for job in rows],
-            "kinds": [job.kind for job in rows],
-            "keys": [job.key for job in rows],
-            "priorities": [job.priority for job in rows],
-            "delays_s": [job.delay_s for job in rows],
-            "run_afters": [job.run_after for job in rows],
-            "max_attempts": [job.max_attempts for job in rows],
-            "leases_s": [job.lease_s for job in rows],
-            "expires_s": [job.expires_s for job in rows],
-            "payloads": [job.payload_json for job in rows],
-            "result_ttls_s": [job.result_ttl_s for job in rows],
+            "jobs": "[" + ",".join([job.as_json_row() for job in rows]) + "]",
             "on_conflict": on_conflict,
             **_wake_params(),
         }
@@ -223,10 +232,10 @@ class JobManager(models.Manager["Job"]):
     def _resolve_mapping(self, job: Mapping[str, Any]) -> options.ResolvedJob:
         if not isinstance(job, Mapping):
             raise InvalidJobOption(f"Each job must be a mapping of enqueue options, not {job!r}.")
-        unknown = sorted(set(job) - ENQUEUE_MANY_KEYS)
+        unknown = job.keys() - ENQUEUE_MANY_KEYS
         if unknown:
             raise InvalidJobOption(
-                f"Unknown option(s) {unknown}; a job may give {sorted(ENQUEUE_MANY_KEYS)}."
+                f"Unknown option(s) {sorted(unknown)}; a job may give {sorted(ENQUEUE_MANY_KEYS)}."
             )
         if "kind" not in job:
             raise InvalidJobOption("A job needs a 'kind'.")
@@ -256,36 +265,63 @@ class JobManager(models.Manager["Job"]):
         if n <= 0:
             return []
         alias = _alias(using)
-        params = {
-            "queues": names,
-            "limit": n,
-            "worker_id": worker_id,
-            "errors_kept": pgjobs_settings.ERRORS_KEPT,
-        }
-        handles = [
-            JobHandle(
-                id=row[0],
-                queue=row[1],
-                kind=row[2],
-                key=row[3],
-                priority=row[4],
-                run_after=row[5],
-                attempt=row[6],
-                max_attempts=row[7],
-                lease_s=row[8],
-                token=row[9],
-                claimed_at=row[10],
-                claimed_until=row[11],
-                worker_id=row[12],
-                expires_at=row[13],
-                created_at=row[14],
-                payload=_decode(row[15]),
-                using=alias,
-            )
-            for row in _fetchall(sql.CLAIM_JOBS, params, alias)
-        ]
+        handles, lapsed_waiting = self._claim(names, n, worker_id, alias)
+        if lapsed_waiting:
+            # Rare: a claim lapsed in these queues (its worker died). Put it back in line
+            # (or bury it), then fill what this claim has left.
+            self.rescue_lapsed(names, pgjobs_settings.SWEEP_BATCH, using=alias)
+            if len(handles) < n:
+                handles += self._claim(names, n - len(handles), worker_id, alias)[0]
         handles.sort(key=lambda handle: (-handle.priority, handle.run_after, handle.id))
         return handles
+
+    def _claim(
+        self, queues: list[str], n: int, worker_id: str, alias: str
+    ) -> tuple[list[JobHandle], bool]:
+        params = {"queues": queues, "worker_id": worker_id, **_bookkeeping(alias)}
+        rows = _fetchall(sql.claim_jobs(n), params, alias)
+        handles = [
+            JobHandle(
+                id=row[1],
+                queue=row[2],
+                kind=row[3],
+                key=row[4],
+                priority=row[5],
+                run_after=row[6],
+                attempt=row[7],
+                max_attempts=row[8],
+                lease_s=row[9],
+                token=row[10],
+                claimed_at=row[11],
+                claimed_until=row[12],
+                worker_id=row[13],
+                expires_at=row[14],
+                created_at=row[15],
+                payload=_decode(row[16]),
+                using=alias,
+            )
+            for row in rows
+            if row[1] is not None
+        ]
+        return handles, bool(rows and rows[0][0])
+
+    def rescue_lapsed(
+        self, queues: Sequence[str] | None, limit: int, *, using: str | None = None
+    ) -> RescueResult:
+        """Take back up to `limit` lapsed claims of `queues` (None: every queue) (S9).
+
+        Each becomes pending again (its attempt counted, the next claim consumes another),
+        dead as "max attempts exceeded" when no attempt is left, or replaced by its key's
+        pending trigger (S3).
+        """
+        params = {
+            "queues": None if queues is None else list(queues),
+            "limit": limit,
+            "errors_kept": pgjobs_settings.ERRORS_KEPT,
+            **_wake_params(),
+        }
+        ((requeued, dead, promoted, _woken),) = _fetchall(sql.RESCUE_LAPSED_JOBS, params, using)
+        return RescueResult(requeued=int(requeued), dead=int(dead), promoted=int(promoted))
 
     def claim_one(
         self, queues: str | Sequence[str], worker_id: str, *, using: str | None = None
@@ -294,12 +330,11 @@ class JobManager(models.Manager["Job"]):
         handles = self.claim_batch(queues, 1, worker_id, using=using)
         return handles[0] if handles else None
 
-    def next_scheduled_in(
-        self, queues: str | Sequence[str], *, using: str | None = None
-    ) -> float | None:
-        """Return seconds until the earliest scheduled job of `queues` may run, or None."""
+    def next_due_in(self, queues: str | Sequence[str], *, using: str | None = None) -> float | None:
+        """Return seconds until a job of `queues` next becomes claimable: the next scheduled
+        job, or the next running job whose lease lapses. None when there is neither."""
         names = options.validate_queue_names(queues)
-        ((seconds,),) = _fetchall(sql.NEXT_SCHEDULED_IN, {"queues": names}, using)
+        ((seconds,),) = _fetchall(sql.NEXT_DUE_IN, {"queues": names}, using)
         return None if seconds is None else max(float(seconds), 0.0)
 
     # Completion (the handle's writes, one statement for any number of claims) ------------
@@ -314,12 +349,12 @@ class JobManager(models.Manager["Job"]):
             raise ValueError("ack_batch needs one result per handle.")
         encoded = [options.encode_result(result) for result in results]
         params = {
-            "ids": [handle.id for handle in handles],
-            "tokens": [handle.token for handle in handles],
-            "results": encoded,
+            **_claim_keys(handles),
+            "results": encoded if any(encoded) else _nulls(len(encoded)),
             **_wake_params(),
+            **_bookkeeping(_batch_alias(handles)),
         }
-        ((acked, _woken),) = _fetchall(sql.ACK_JOBS, params, _batch_alias(handles))
+        ((acked, _woken, _),) = _fetchall(sql.ACK_JOBS, params, _batch_alias(handles))
         _mark_finished(handles)
         return int(acked)
 
@@ -336,16 +371,16 @@ class JobManager(models.Manager["Job"]):
         handles = [handle for handle, _, _ in retries]
         delays = [_retry_delay(handle, delay) for handle, _, delay in retries]
         params = {
-            "ids": [handle.id for handle in handles],
-            "tokens": [handle.token for handle in handles],
+            **_claim_keys(handles),
             "errors": [failure.error for _, failure, _ in retries],
             "tracebacks": [failure.traceback for _, failure, _ in retries],
             "exceptions": [failure.exception for _, failure, _ in retries],
             "delays_s": delays,
             "errors_kept": pgjobs_settings.ERRORS_KEPT,
             **_wake_params(),
+            **_bookkeeping(_batch_alias(handles)),
         }
-        ((retried, promoted, dead, _woken),) = _fetchall(
+        ((retried, promoted, dead, _woken, _),) = _fetchall(
             sql.RETRY_JOBS, params, _batch_alias(handles)
         )
         _mark_finished(handles)
@@ -358,15 +393,15 @@ class JobManager(models.Manager["Job"]):
             return 0
         handles = [handle for handle, _ in failures]
         params = {
-            "ids": [handle.id for handle in handles],
-            "tokens": [handle.token for handle in handles],
+            **_claim_keys(handles),
             "errors": [failure.error for _, failure in failures],
             "tracebacks": [failure.traceback for _, failure in failures],
             "exceptions": [failure.exception for _, failure in failures],
             "errors_kept": pgjobs_settings.ERRORS_KEPT,
             **_wake_params(),
+            **_bookkeeping(_batch_alias(handles)),
         }
-        ((dead, promoted, _woken),) = _fetchall(sql.FAIL_JOBS, params, _batch_alias(handles))
+        ((dead, promoted, _woken, _),) = _fetchall(sql.FAIL_JOBS, params, _batch_alias(handles))
         _mark_finished(handles)
         return int(dead) + int(promoted)
 
@@ -397,30 +432,51 @@ class JobManager(models.Manager["Job"]):
             return set()
         extension = None if extend is None else options.validate_extend(extend)
         params = {
-            "ids": [handle.id for handle in handles],
-            "tokens": [handle.token for handle in handles],
+            **_claim_keys(handles),
             "extends_s": [
                 float(handle.lease_s) if extension is None else extension for handle in handles
             ],
+            **_bookkeeping(_batch_alias(handles)),
         }
         by_id = {handle.id: handle for handle in handles}
         rows = _fetchall(statement, params, _batch_alias(handles))
-        for job_id, claimed_until in rows:
+        for job_id, claimed_until, _ in rows:
             by_id[job_id].claimed_until = claimed_until
-        return {job_id for job_id, _ in rows}
+        return {row[0] for row in rows}
 
     def release_batch(self, handles: Sequence[JobHandle]) -> int:
         """Hand claims back (S25): pending again, the attempt refunded. Returns how many."""
         if not handles:
             return 0
         params = {
-            "ids": [handle.id for handle in handles],
-            "tokens": [handle.token for handle in handles],
+            **_claim_keys(handles),
             **_wake_params(),
+            **_bookkeeping(_batch_alias(handles)),
         }
-        ((released, _woken),) = _fetchall(sql.RELEASE_JOBS, params, _batch_alias(handles))
+        ((released, _woken, _),) = _fetchall(sql.RELEASE_JOBS, params, _batch_alias(handles))
         _mark_finished(handles)
         return int(released)
+
+    def tune_worker_connection(self, *, using: str | None = None) -> None:
+        """Make the current thread's connection a worker's bookkeeping connection.
+
+        With PGJOBS["PREPARE"], its statements are prepared on first use and planned once
+        (TUNE_WORKER_SESSION), which removes most of the cost of a small claim or ack.
+        Session settings and prepared statements need a connection of one's own: switch
+        PREPARE off behind a transaction-mode pooler. Cheap to call on every loop: a
+        connection is tuned once, and again after a reconnect.
+        """
+        if not pgjobs_settings.PREPARE:
+            return
+        connection = connections[_alias(using)]
+        connection.ensure_connection()
+        raw = connection.connection
+        if getattr(raw, "_pgjobs_tuned", False):
+            return
+        _fetchall(sql.TUNE_WORKER_SESSION, {}, using)
+        raw.prepare_threshold = 0
+        raw.prepared_max = max(raw.prepared_max or 0, 512)
+        raw._pgjobs_tuned = True
 
     def lock_claim(self, handle: JobHandle) -> bool:
         """Lock the job row for the current transaction if `handle`'s claim is current."""
@@ -462,19 +518,6 @@ class JobManager(models.Manager["Job"]):
             **_wake_params(),
         }
         ((dead, promoted),) = _fetchall(sql.SWEEP_EXPIRED, params, using)
-        return int(dead), int(promoted)
-
-    def sweep_lapsed_exhausted(self, limit: int, *, using: str | None = None) -> tuple[int, int]:
-        """Dead-letter up to `limit` lapsed running jobs with no attempts left (S9, S24).
-
-        Returns (dead-lettered, triggers promoted).
-        """
-        params = {
-            "limit": limit,
-            "errors_kept": pgjobs_settings.ERRORS_KEPT,
-            **_wake_params(),
-        }
-        ((dead, promoted),) = _fetchall(sql.SWEEP_LAPSED_EXHAUSTED, params, using)
         return int(dead), int(promoted)
 
     def prune_done(self, limit: int, *, using: str | None = None) -> int:
@@ -530,15 +573,75 @@ def _wake_params() -> dict[str, Any]:
 
 
 def _fetchall(statement: str, params: Mapping[str, Any], using: str | None) -> list[Any]:
-    with connections[_alias(using)].cursor() as cursor:
-        cursor.execute(statement, params)
-        return list(cursor.fetchall())
+    with _executed(statement, params, using) as cursor:
+        return cursor.fetchall() if cursor.description else []
 
 
 def _rowcount(statement: str, params: Mapping[str, Any], using: str | None) -> int:
-    with connections[_alias(using)].cursor() as cursor:
-        cursor.execute(statement, params)
+    with _executed(statement, params, using) as cursor:
         return int(cursor.rowcount)
+
+
+@contextmanager
+def _executed(
+    statement: str, params: Mapping[str, Any], using: str | None
+) -> Iterator[psycopg.Cursor[Any]]:
+    """Run one statement on Django's connection (so it joins the caller's transaction).
+
+    The cursor binds parameters on the server, so that large arrays travel as data, and
+    a worker's tuned connection prepares each statement once (tune_worker_connection),
+    instead of going through Django's client-side binding cursor. Errors come out as Django's
+    database exceptions, and the statement is logged where Django would log queries.
+    """
+    connection = connections[_alias(using)]
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    logged = connection.queries_logged
+    started = time.monotonic() if logged else 0.0
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(statement, params, prepare=_prepares(connection))
+        yield cursor
+    if logged:
+        connection.queries_log.append(
+            {"sql": statement.strip(), "time": f"{time.monotonic() - started:.3f}"}
+        )
+
+
+def _prepares(connection: Any) -> bool:
+    """Whether to prepare the queue's statements on this connection.
+
+    Preparing saves the parse of every later execution, which on a small statement costs
+    more than running it. It pays only on a connection that lives on: a worker's, or one
+    of Django's persistent or pooled connections (CONN_MAX_AGE, OPTIONS["pool"]); a
+    connection opened for one request would pay a round trip more instead. Only our
+    statements are prepared: a connection Django left without prepared statements gets a
+    threshold no other statement reaches.
+    """
+    if not pgjobs_settings.PREPARE:
+        return False
+    raw = connection.connection
+    if getattr(raw, "_pgjobs_tuned", False):
+        return True
+    settings_dict = connection.settings_dict
+    if not settings_dict.get("CONN_MAX_AGE") and not settings_dict["OPTIONS"].get("pool"):
+        return False
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = 2**31 - 1
+    return True
+
+
+def _bookkeeping(using: str | None) -> dict[str, Any]:
+    """The commit mode of a claim or completion statement.
+
+    Outside a transaction, a claim, heartbeat or completion is a transaction of its own,
+    and with ASYNC_BOOKKEEPING it commits without waiting for the WAL flush: a database
+    crash can lose the last moments of them, and those jobs then run again, exactly as
+    after a worker crash. Inside the caller's transaction (a fence, transaction mode) the
+    caller's commit decides, and nothing is changed.
+    """
+    connection = connections[_alias(using)]
+    asynchronous = pgjobs_settings.ASYNC_BOOKKEEPING and not connection.in_atomic_block
+    return {"synchronous_commit": "off" if asynchronous else None}
 
 
 #: Advisory lock key of the sweeper: "pgjobs" as a number, so other locks rarely clash.
@@ -552,6 +655,24 @@ def _retry_delay(handle: JobHandle, delay: float | timedelta | None) -> float:
     if not math.isfinite(seconds) or seconds < 0:
         raise InvalidSchedule(f"A retry delay must be a non-negative duration, not {delay!r}.")
     return seconds
+
+
+def _claim_keys(handles: Sequence[JobHandle]) -> dict[str, str]:
+    """The ids and tokens of claims as array literals: `{1,2}` and `{uuid,uuid}`.
+
+    Numbers and UUIDs need no quoting, and a literal is parsed by the server in C, where
+    psycopg would adapt the lists element by element in Python: on the worker's hot path
+    that adaptation cost more than the statements' own work.
+    """
+    return {
+        "ids": "{" + ",".join([str(handle.id) for handle in handles]) + "}",
+        "tokens": "{" + ",".join([str(handle.token) for handle in handles]) + "}",
+    }
+
+
+def _nulls(count: int) -> str:
+    """An array literal of `count` NULLs, for results that are all None."""
+    return "{" + ",".join(["NULL"] * count) + "}"
 
 
 def _batch_alias(handles: Sequence[JobHandle]) -> str:

@@ -53,6 +53,24 @@ class ResolvedJob:
     expires_s: float | None
     result_ttl_s: int | None
 
+    def as_json_row(self) -> str:
+        """This job as a row of ENQUEUE_JOBS' JSON document (the payload spliced in as is)."""
+        head = json.dumps(
+            [
+                self.queue,
+                self.kind,
+                self.key,
+                self.priority,
+                self.delay_s,
+                None if self.run_after is None else self.run_after.isoformat(),
+                self.max_attempts,
+                self.lease_s,
+                self.expires_s,
+            ],
+            ensure_ascii=False,
+        )
+        return f"{head[:-1]},{self.payload_json},{json.dumps(self.result_ttl_s)}]"
+
     def as_params(self) -> dict[str, Any]:
         return {
             "queue": self.queue,
@@ -135,8 +153,15 @@ def resolve_job(
     )
 
 
+#: Names already found valid: most enqueues name a handful of queues and kinds.
+_valid_queue_names: set[str] = set()
+_valid_kinds: set[str] = set()
+
+
 def validate_queue_name(queue: Any) -> str:
     """Return `queue` if it is a valid queue name, else raise InvalidQueueName."""
+    if queue in _valid_queue_names and type(queue) is str:
+        return queue
     if not isinstance(queue, str):
         raise exceptions.InvalidQueueName(
             f"Queue name must be a string, not {type(queue).__name__}."
@@ -157,6 +182,8 @@ def validate_queue_name(queue: Any) -> str:
             f"Queue name {queue!r} uses the prefix {RESERVED_QUEUE_PREFIX!r}, "
             "which is reserved for django_pgjobs itself."
         )
+    if len(_valid_queue_names) < 10_000:
+        _valid_queue_names.add(queue)
     return queue
 
 
@@ -176,6 +203,8 @@ def validate_queue_names(queues: Any) -> list[str]:
 
 
 def validate_kind(kind: Any) -> str:
+    if kind in _valid_kinds and type(kind) is str:
+        return kind
     if not isinstance(kind, str):
         raise exceptions.InvalidKind(f"Job kind must be a string, not {type(kind).__name__}.")
     if not kind:
@@ -188,6 +217,8 @@ def validate_kind(kind: Any) -> str:
         raise exceptions.InvalidKind(
             f"Job kind {kind!r} may only contain letters, digits and _ . : -"
         )
+    if len(_valid_kinds) < 10_000:
+        _valid_kinds.add(kind)
     return kind
 
 
@@ -333,10 +364,7 @@ def encode_payload(payload: Any) -> str:
             f"Payload must be a dict (a JSON object), not {type(payload).__name__}."
         )
     _check_json_value(payload, "payload", 0)
-    try:
-        text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as error:  # pragma: no cover - _check_json_value first
-        raise exceptions.InvalidPayload(f"Payload is not JSON: {error}.") from None
+    text = _JSON.encode(payload)
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
@@ -357,7 +385,7 @@ def encode_result(result: Any) -> str | None:
     if result is None:
         return None
     _check_json_value(result, "result", 0)
-    text = json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    text = _JSON.encode(result)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -368,6 +396,8 @@ def encode_result(result: Any) -> str | None:
 
 
 _SCALARS = (str, int, float, bool, type(None))
+#: One encoder for payloads and results (values already checked by _check_json_value).
+_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def _check_json_value(value: Any, path: str, depth: int) -> None:

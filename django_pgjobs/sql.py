@@ -14,6 +14,8 @@ the same transaction sees the claim as current, and rightly so.
 
 from __future__ import annotations
 
+import functools
+
 JOB_TABLE = "pgjobs_job"
 DEAD_TABLE = "pgjobs_dead"
 
@@ -32,6 +34,28 @@ def _prefixed(alias: str) -> str:
 # The S10 predicate, for a job row `j` and an input row `t` carrying the claim's token.
 _CLAIM_IS_CURRENT = "j.state = 'running' AND j.claimed_by = t.token AND j.claimed_until > now()"
 
+
+def _current_claims(inputs: str, names: str, select: str, lock: str = "FOR UPDATE") -> str:
+    """Return SQL reading one input row `t` per claim (unnest of `inputs`, columns `names`,
+    starting with id and token) joined to its job row `j`, locked, when the claim is
+    current (S10). The LATERAL makes every lookup a primary-key probe whatever the
+    planner guesses of the input's size, so a plan made once stays right."""
+    return (
+        f"SELECT {select}\n"
+        f"    FROM unnest({inputs}) AS t({names})\n"
+        "    CROSS JOIN LATERAL (\n"
+        "        SELECT * FROM pgjobs_job AS j\n"
+        f"        WHERE j.id = t.id AND {_CLAIM_IS_CURRENT_BY_ID}\n"
+        f"        {lock}\n"
+        "    ) AS j"
+    )
+
+
+# The same, for a row found by its id. Wrapped in `IS TRUE`, the test can be neither an
+# index condition nor proof of a partial index's predicate, so the planner never trades
+# the primary key for a walk of the lease index, whose cost grows with the running jobs.
+_CLAIM_IS_CURRENT_BY_ID = f"({_CLAIM_IS_CURRENT}) IS TRUE"
+
 # The live key index, as ON CONFLICT must name it (its predicate, verbatim).
 _ON_LIVE_KEY = "ON CONFLICT (kind, key) WHERE key IS NOT NULL AND state IN ('pending', 'running')"
 
@@ -39,12 +63,8 @@ _ON_LIVE_KEY = "ON CONFLICT (kind, key) WHERE key IS NOT NULL AND state IN ('pen
 def _append_error(errors: str, entry: str) -> str:
     """Return SQL for `errors` with `entry` appended, keeping the last %(errors_kept)s."""
     return (
-        f"(CASE WHEN jsonb_array_length({errors}) < %(errors_kept)s"
-        f" THEN {errors} || jsonb_build_array({entry})"
-        f" ELSE (SELECT coalesce(jsonb_agg(e.item ORDER BY e.n), '[]'::jsonb)"
-        f" FROM jsonb_array_elements({errors}) WITH ORDINALITY AS e(item, n)"
-        f" WHERE e.n > jsonb_array_length({errors}) - %(errors_kept)s + 1)"
-        f" || jsonb_build_array({entry}) END)"
+        f"jsonb_path_query_array({errors} || jsonb_build_array({entry}),"
+        " '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))"
     )
 
 
@@ -103,12 +123,39 @@ def _bury(last_error: str, errors: str, reason: str) -> str:
 _LAPSED_ERRORS = _append_error("j.errors", _error_entry("'lease lapsed'"))
 _FINAL_ERRORS = _append_error("j.errors", "j.final_entry")
 
+# Sets this statement's transaction to commit without waiting for the WAL flush when
+# %(synchronous_commit)s is 'off' (NULL: no change). synchronous_commit is read at commit,
+# so a transaction-local setting made while the statement runs applies to its own commit.
+# Placed where it runs whenever the statement changed a row: an uncorrelated scalar
+# subquery, evaluated once.
+_COMMIT_MODE = (
+    "(SELECT set_config('synchronous_commit',"
+    " coalesce(%(synchronous_commit)s, current_setting('synchronous_commit')), true))"
+)
+
 _WAKE_PROMOTED = """
 woke AS (
     SELECT pg_notify(%(channel)s, p.queue)
     FROM (SELECT DISTINCT queue FROM promoted WHERE %(notify)s AND run_after <= now()) AS p
 )"""
 
+
+INSERT_JOB = """
+-- Insert one job without a key, which nothing can merge with (S1); wake workers when it
+-- can run now (S23). ENQUEUE_JOB's shape for the common case, cheaper to parse and plan.
+INSERT INTO pgjobs_job (
+    queue, kind, state, priority, run_after, attempts, max_attempts, lease_s,
+    expires_at, payload, errors, result_ttl_s, created_at)
+VALUES (
+    %(queue)s, %(kind)s, 'pending', %(priority)s,
+    coalesce(now() + make_interval(secs => %(delay_s)s::float8),
+             %(run_after)s::timestamptz, now()),
+    0, %(max_attempts)s, %(lease_s)s,
+    now() + make_interval(secs => %(expires_s)s::float8),
+    %(payload)s::jsonb, '[]'::jsonb, %(result_ttl_s)s, now())
+RETURNING id, true,
+          CASE WHEN %(notify)s AND run_after <= now() THEN pg_notify(%(channel)s, queue)::text END
+"""
 
 ENQUEUE_JOB = f"""
 -- Insert one job, or merge it into the live job of its (kind, key) (S3); wake workers (S23).
@@ -132,23 +179,23 @@ SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
 """
 
 ENQUEUE_JOBS = f"""
--- Insert many jobs in one statement (S5), merging keyed ones as ENQUEUE_JOB does.
+-- Insert many jobs in one statement (S5), merging keyed ones as ENQUEUE_JOB does. The
+-- jobs travel as one JSON array of rows [queue, kind, key, priority, delay_s, run_after,
+-- max_attempts, lease_s, expires_s, payload, result_ttl_s]: one parameter the server
+-- parses in C, where arrays of strings would be escaped element by element client-side.
 -- Rows come back in input order; the caller folds duplicate keys beforehand, because
 -- ON CONFLICT cannot change one row twice in a statement.
 WITH merged AS (
     INSERT INTO pgjobs_job AS job (
         queue, kind, key, state, priority, run_after, attempts, max_attempts, lease_s,
         expires_at, payload, errors, result_ttl_s, created_at)
-    SELECT i.queue, i.kind, i.key, 'pending', i.priority,
-           coalesce(now() + make_interval(secs => i.delay_s), i.run_after, now()),
-           0, i.max_attempts, i.lease_s, now() + make_interval(secs => i.expires_s),
-           i.payload, '[]'::jsonb, i.result_ttl_s, now()
-    FROM unnest(%(queues)s::text[], %(kinds)s::text[], %(keys)s::text[],
-                %(priorities)s::int[], %(delays_s)s::float8[], %(run_afters)s::timestamptz[],
-                %(max_attempts)s::int[], %(leases_s)s::int[], %(expires_s)s::float8[],
-                %(payloads)s::jsonb[], %(result_ttls_s)s::int[])
-         WITH ORDINALITY AS i(queue, kind, key, priority, delay_s, run_after, max_attempts,
-                              lease_s, expires_s, payload, result_ttl_s, n)
+    SELECT i.row ->> 0, i.row ->> 1, i.row ->> 2, 'pending', (i.row ->> 3)::smallint,
+           coalesce(now() + make_interval(secs => (i.row ->> 4)::float8),
+                    (i.row ->> 5)::timestamptz, now()),
+           0, (i.row ->> 6)::int, (i.row ->> 7)::int,
+           now() + make_interval(secs => (i.row ->> 8)::float8),
+           i.row -> 9, '[]'::jsonb, (i.row ->> 10)::int, now()
+    FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS i(row, n)
     ORDER BY i.n
     {_MERGE_INTO_LIVE_JOB}
 ),
@@ -161,9 +208,10 @@ SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
 """
 
 CLAIM_JOBS = f"""
--- Claim up to %(limit)s jobs of %(queues)s for %(worker_id)s (S6-S9): lapsed claims first,
--- then pending jobs by priority DESC, run_after, id; lapsed jobs with no attempts left
--- are dead-lettered instead of handed out.
+-- Claim up to %(limit)s pending jobs of %(queues)s for %(worker_id)s (S6-S8) by priority
+-- DESC, run_after, id. Each row also says whether a lapsed claim waits in these queues
+-- (S9): the caller then runs RESCUE_LAPSED_JOBS and claims again. An empty claim still
+-- returns one row, for that flag.
 WITH RECURSIVE levels (queue, priority) AS (
     -- A skip scan of the claim index: one row per (queue, priority) holding pending
     -- jobs, each found by one index probe. Reading runnable rows level by level means a
@@ -189,79 +237,123 @@ ordered_levels AS (
               ORDER BY j.run_after, j.id LIMIT 1) NULLS LAST,
              l.queue
 ),
-lapsed AS (
+picked AS (
+    -- The CTE is an optimization fence: LIMIT applies before the UPDATE, and the LATERAL
+    -- scans lock rows only as the LIMIT pulls them, so no more than %(limit)s are locked.
+    SELECT c.id
+    FROM ordered_levels AS l
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM pgjobs_job AS j
+        WHERE j.state = 'pending' AND j.queue = l.queue AND j.priority = l.priority
+          AND j.run_after <= now() AND (j.expires_at IS NULL OR j.expires_at > now())
+        ORDER BY j.run_after, j.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    LIMIT %(limit)s
+),
+claimed AS (
+    UPDATE pgjobs_job AS j
+    SET state = 'running',
+        attempts = j.attempts + 1,
+        claimed_by = gen_random_uuid(),
+        claimed_at = now(),
+        claimed_until = now() + make_interval(secs => j.lease_s),
+        worker_id = %(worker_id)s
+    FROM picked AS p
+    WHERE j.id = p.id
+    RETURNING j.id, j.queue, j.kind, j.key, j.priority, j.run_after, j.attempts,
+              j.max_attempts, j.lease_s, j.claimed_by, j.claimed_at, j.claimed_until,
+              j.worker_id, j.expires_at, j.created_at, j.payload
+),
+flags AS (
+    SELECT EXISTS (
+        SELECT 1 FROM pgjobs_job AS j
+        WHERE j.state = 'running' AND j.claimed_until <= now()
+          AND j.queue = ANY(%(queues)s::text[])
+    ) AS lapsed_waiting, {_COMMIT_MODE} AS commit_mode
+)
+SELECT f.lapsed_waiting, c.*
+FROM flags AS f
+LEFT JOIN claimed AS c ON true
+"""
+
+
+@functools.cache
+def claim_jobs(limit: int) -> str:
+    """Return CLAIM_JOBS with its LIMIT written into the text.
+
+    A prepared statement is planned once, before its parameters are known; PostgreSQL
+    then guesses a parameter LIMIT at a tenth of the table, and the plan (and its cost,
+    which can cross jit_above_cost) grows with the backlog. With the LIMIT in the text,
+    the one-off plan is the plan a known LIMIT gets. Workers claim at most their
+    concurrency, so few variants exist per connection.
+    """
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ValueError(f"A claim limit must be a whole number >= 1, not {limit!r}.")
+    return CLAIM_JOBS.replace("%(limit)s", str(limit))
+
+
+RESCUE_LAPSED_JOBS = f"""
+-- Take back up to %(limit)s claims whose lease lapsed, of %(queues)s (NULL: of every
+-- queue) (S9): pending again with the attempt counted, so the next claim consumes another;
+-- dead with 'max attempts exceeded' when none is left; or the key's pending trigger
+-- promoted (S3). Each lapsed attempt is recorded in the job's errors as 'lease lapsed'.
+WITH target AS (
     SELECT j.id, j.attempts >= j.max_attempts AS exhausted,
            j.rerun_payload IS NOT NULL AS has_rerun
     FROM pgjobs_job AS j
     WHERE j.state = 'running' AND j.claimed_until <= now()
-      AND j.queue = ANY(%(queues)s::text[])
-      AND (j.expires_at IS NULL OR j.expires_at > now())
+      AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
     ORDER BY j.claimed_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
-picked AS (
-    -- The CTE is an optimization fence: LIMIT applies before the UPDATE, and the LATERAL
-    -- scans lock rows only as the LIMIT pulls them, so no more than %(limit)s are locked.
-    (SELECT l.id FROM lapsed AS l WHERE NOT l.exhausted)
-    UNION ALL
-    (SELECT c.id
-     FROM ordered_levels AS l
-     CROSS JOIN LATERAL (
-         SELECT j.id FROM pgjobs_job AS j
-         WHERE j.state = 'pending' AND j.queue = l.queue AND j.priority = l.priority
-           AND j.run_after <= now() AND (j.expires_at IS NULL OR j.expires_at > now())
-         ORDER BY j.run_after, j.id
-         LIMIT %(limit)s
-         FOR UPDATE SKIP LOCKED
-     ) AS c)
-    LIMIT %(limit)s
+requeued AS (
+    UPDATE pgjobs_job AS j
+    SET state = 'pending', claimed_by = NULL, claimed_until = NULL,
+        last_error = 'lease lapsed', errors = {_LAPSED_ERRORS}
+    FROM target AS t
+    WHERE j.id = t.id AND NOT t.exhausted AND NOT t.has_rerun
+    RETURNING j.queue, j.run_after
 ),
 buried AS (
-    DELETE FROM pgjobs_job AS j USING lapsed AS l
-    WHERE j.id = l.id AND l.exhausted AND NOT l.has_rerun
+    DELETE FROM pgjobs_job AS j USING target AS t
+    WHERE j.id = t.id AND t.exhausted AND NOT t.has_rerun
     RETURNING j.*
 ),
 dead AS (
     {_bury("'lease lapsed'", _LAPSED_ERRORS, "'max attempts exceeded'")}
+    RETURNING id
 ),
 promoted AS (
     UPDATE pgjobs_job AS j
-    SET {_PROMOTE_RERUN},
-        last_error = 'lease lapsed',
-        errors = {_LAPSED_ERRORS}
-    FROM lapsed AS l
-    WHERE j.id = l.id AND l.exhausted AND l.has_rerun
+    SET {_PROMOTE_RERUN}, last_error = 'lease lapsed', errors = {_LAPSED_ERRORS}
+    FROM target AS t
+    WHERE j.id = t.id AND t.has_rerun
+    RETURNING j.queue, j.run_after
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT queue FROM requeued WHERE run_after <= now()
+          UNION SELECT queue FROM promoted WHERE run_after <= now()) AS q
+    WHERE %(notify)s
 )
-UPDATE pgjobs_job AS j
-SET state = 'running',
-    attempts = j.attempts + 1,
-    claimed_by = gen_random_uuid(),
-    claimed_at = now(),
-    claimed_until = now() + make_interval(secs => j.lease_s),
-    worker_id = %(worker_id)s,
-    -- A lapsed claim being taken over: its attempt ended without a word, say so.
-    last_error = CASE WHEN j.state = 'running' THEN 'lease lapsed' ELSE j.last_error END,
-    errors = CASE WHEN j.state = 'running'
-                  THEN {_LAPSED_ERRORS}
-                  ELSE j.errors END
-FROM picked AS p
-WHERE j.id = p.id
-RETURNING j.id, j.queue, j.kind, j.key, j.priority, j.run_after, j.attempts, j.max_attempts,
-          j.lease_s, j.claimed_by, j.claimed_at, j.claimed_until, j.worker_id, j.expires_at,
-          j.created_at, j.payload
+SELECT (SELECT count(*) FROM requeued), (SELECT count(*) FROM dead),
+       (SELECT count(*) FROM promoted), (SELECT count(*) FROM woke)
 """
 
 ACK_JOBS = f"""
 -- Complete claimed jobs whose claim is current (S12, S17): delete each, keep it as done
 -- with its result while it has result retention, or promote its pending trigger (S3).
 WITH target AS (
-    SELECT j.id, t.result, j.rerun_payload IS NOT NULL AS has_rerun, j.result_ttl_s
-    FROM pgjobs_job AS j
-    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[])
-         AS t(id, token, result) ON j.id = t.id
-    WHERE {_CLAIM_IS_CURRENT}
-    FOR UPDATE OF j
+    {
+    _current_claims(
+        "%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[]",
+        "id, token, result",
+        "j.id, t.result, j.rerun_payload IS NOT NULL AS has_rerun, j.result_ttl_s",
+    )
+}
 ),
 deleted AS (
     DELETE FROM pgjobs_job AS j USING target AS t
@@ -286,7 +378,7 @@ promoted AS (
 {_WAKE_PROMOTED}
 SELECT (SELECT count(*) FROM deleted) + (SELECT count(*) FROM kept)
        + (SELECT count(*) FROM promoted),
-       (SELECT count(*) FROM woke)
+       (SELECT count(*) FROM woke), {_COMMIT_MODE}
 """
 
 RETRY_JOBS = f"""
@@ -294,15 +386,17 @@ RETRY_JOBS = f"""
 -- after the given delay, or dead with 'max attempts exceeded' when attempts are spent;
 -- a pending trigger (S3) is promoted instead of either.
 WITH target AS (
-    SELECT j.id, t.error, t.delay_s,
-           {_error_entry("t.error", "t.traceback", "t.exception")} AS entry,
-           j.attempts >= j.max_attempts AS exhausted, j.rerun_payload IS NOT NULL AS has_rerun
-    FROM pgjobs_job AS j
-    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::text[],
-                %(tracebacks)s::text[], %(exceptions)s::text[], %(delays_s)s::float8[])
-         AS t(id, token, error, traceback, exception, delay_s) ON j.id = t.id
-    WHERE {_CLAIM_IS_CURRENT}
-    FOR UPDATE OF j
+    {
+    _current_claims(
+        "%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::text[], %(tracebacks)s::text[],"
+        " %(exceptions)s::text[], %(delays_s)s::float8[]",
+        "id, token, error, traceback, exception, delay_s",
+        "j.id, t.error, t.delay_s, "
+        + _error_entry("t.error", "t.traceback", "t.exception")
+        + " AS entry, j.attempts >= j.max_attempts AS exhausted,"
+        " j.rerun_payload IS NOT NULL AS has_rerun",
+    )
+}
 ),
 retried AS (
     UPDATE pgjobs_job AS j
@@ -331,21 +425,23 @@ dead AS (
 ),
 {_WAKE_PROMOTED}
 SELECT (SELECT count(*) FROM retried), (SELECT count(*) FROM promoted),
-       (SELECT count(*) FROM dead), (SELECT count(*) FROM woke)
+       (SELECT count(*) FROM dead), (SELECT count(*) FROM woke), {_COMMIT_MODE}
 """
 
 FAIL_JOBS = f"""
 -- Dead-letter claimed jobs whose claim is current at once (S15), with the caller's reason
 -- verbatim; a pending trigger (S3) is promoted instead.
 WITH target AS (
-    SELECT j.id, t.error, {_error_entry("t.error", "t.traceback", "t.exception")} AS entry,
-           j.rerun_payload IS NOT NULL AS has_rerun
-    FROM pgjobs_job AS j
-    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::text[],
-                %(tracebacks)s::text[], %(exceptions)s::text[])
-         AS t(id, token, error, traceback, exception) ON j.id = t.id
-    WHERE {_CLAIM_IS_CURRENT}
-    FOR UPDATE OF j
+    {
+    _current_claims(
+        "%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::text[], %(tracebacks)s::text[],"
+        " %(exceptions)s::text[]",
+        "id, token, error, traceback, exception",
+        "j.id, t.error, "
+        + _error_entry("t.error", "t.traceback", "t.exception")
+        + " AS entry, j.rerun_payload IS NOT NULL AS has_rerun",
+    )
+}
 ),
 promoted AS (
     UPDATE pgjobs_job AS j
@@ -364,7 +460,8 @@ dead AS (
     RETURNING id
 ),
 {_WAKE_PROMOTED}
-SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM promoted), (SELECT count(*) FROM woke)
+SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM promoted), (SELECT count(*) FROM woke),
+       {_COMMIT_MODE}
 """
 
 RELEASE_JOBS = f"""
@@ -372,11 +469,14 @@ RELEASE_JOBS = f"""
 -- pending trigger promoted; wake the workers of their queues. A row a still-running
 -- transaction holds is skipped: it comes back when its lease lapses.
 WITH target AS (
-    SELECT j.id, j.rerun_payload IS NOT NULL AS has_rerun
-    FROM pgjobs_job AS j
-    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token) ON j.id = t.id
-    WHERE {_CLAIM_IS_CURRENT}
-    FOR UPDATE OF j SKIP LOCKED
+    {
+    _current_claims(
+        "%(ids)s::bigint[], %(tokens)s::uuid[]",
+        "id, token",
+        "j.id, j.rerun_payload IS NOT NULL AS has_rerun",
+        "FOR UPDATE SKIP LOCKED",
+    )
+}
 ),
 released AS (
     UPDATE pgjobs_job AS j
@@ -400,50 +500,53 @@ woke AS (
     WHERE %(notify)s
 )
 SELECT (SELECT count(*) FROM released) + (SELECT count(*) FROM promoted),
-       (SELECT count(*) FROM woke)
+       (SELECT count(*) FROM woke), {_COMMIT_MODE}
 """
 
 HEARTBEAT_JOBS = f"""
 -- Extend current claims to now() + extend (S11: an absolute reset); a lapsed or
 -- superseded claim is refused. Returns the jobs extended and their new deadline.
 WITH target AS (
-    SELECT j.id, t.extend_s
-    FROM pgjobs_job AS j
-    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(extends_s)s::float8[])
-         AS t(id, token, extend_s) ON j.id = t.id
-    WHERE {_CLAIM_IS_CURRENT}
-    FOR UPDATE OF j
+    {
+    _current_claims(
+        "%(ids)s::bigint[], %(tokens)s::uuid[], %(extends_s)s::float8[]",
+        "id, token, extend_s",
+        "j.id, t.extend_s",
+    )
+}
 )
 UPDATE pgjobs_job AS j
 SET claimed_until = now() + make_interval(secs => t.extend_s)
 FROM target AS t
 WHERE j.id = t.id
-RETURNING j.id, j.claimed_until
+RETURNING j.id, j.claimed_until, {_COMMIT_MODE}
 """
 
 HEARTBEAT_UNLOCKED_JOBS = f"""
 -- HEARTBEAT_JOBS for the worker's background heartbeats: rows locked by a running fence
 -- or transaction-mode job are skipped (that lock already keeps every claimer away).
 WITH target AS (
-    SELECT j.id, t.extend_s
-    FROM pgjobs_job AS j
-    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(extends_s)s::float8[])
-         AS t(id, token, extend_s) ON j.id = t.id
-    WHERE {_CLAIM_IS_CURRENT}
-    FOR UPDATE OF j SKIP LOCKED
+    {
+    _current_claims(
+        "%(ids)s::bigint[], %(tokens)s::uuid[], %(extends_s)s::float8[]",
+        "id, token, extend_s",
+        "j.id, t.extend_s",
+        "FOR UPDATE SKIP LOCKED",
+    )
+}
 )
 UPDATE pgjobs_job AS j
 SET claimed_until = now() + make_interval(secs => t.extend_s)
 FROM target AS t
 WHERE j.id = t.id
-RETURNING j.id, j.claimed_until
+RETURNING j.id, j.claimed_until, {_COMMIT_MODE}
 """
 
 LOCK_CURRENT_CLAIM = f"""
 -- Lock a job row for the rest of the transaction if its claim is current (S16, S21).
 SELECT j.id
 FROM pgjobs_job AS j, (SELECT %(token)s::uuid AS token) AS t
-WHERE j.id = %(id)s AND {_CLAIM_IS_CURRENT}
+WHERE j.id = %(id)s AND {_CLAIM_IS_CURRENT_BY_ID}
 FOR UPDATE OF j
 """
 
@@ -483,16 +586,24 @@ woke AS (
 SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
 """
 
-NEXT_SCHEDULED_IN = """
--- Seconds from now() until the earliest scheduled pending job of %(queues)s (NULL: none).
-SELECT extract(epoch FROM min(n.run_after) - now())::float8
-FROM unnest(%(queues)s::text[]) AS q(name)
-CROSS JOIN LATERAL (
-    SELECT j.run_after FROM pgjobs_job AS j
-    WHERE j.state = 'pending' AND j.queue = q.name AND j.run_after > now()
-    ORDER BY j.run_after
-    LIMIT 1
-) AS n
+NEXT_DUE_IN = """
+-- Seconds from now() until a job of %(queues)s next becomes claimable: the earliest
+-- scheduled pending job, or the earliest running job whose lease will lapse (NULL: none).
+SELECT extract(epoch FROM least(
+    (SELECT min(n.run_after)
+     FROM unnest(%(queues)s::text[]) AS q(name)
+     CROSS JOIN LATERAL (
+         SELECT j.run_after FROM pgjobs_job AS j
+         WHERE j.state = 'pending' AND j.queue = q.name AND j.run_after > now()
+         ORDER BY j.run_after
+         LIMIT 1
+     ) AS n),
+    (SELECT j.claimed_until FROM pgjobs_job AS j
+     WHERE j.state = 'running' AND j.claimed_until > now()
+       AND j.queue = ANY(%(queues)s::text[])
+     ORDER BY j.claimed_until
+     LIMIT 1)
+) - now())::float8
 """
 
 SWEEP_EXPIRED = f"""
@@ -519,38 +630,6 @@ promoted AS (
     UPDATE pgjobs_job AS j
     SET {_PROMOTE_RERUN}, last_error = 'expired',
         errors = {_append_error("j.errors", _error_entry("'expired'"))}
-    FROM target AS t
-    WHERE j.id = t.id AND t.has_rerun
-    RETURNING j.queue, j.run_after
-),
-{_WAKE_PROMOTED}
-SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM promoted)
-"""
-
-SWEEP_LAPSED_EXHAUSTED = f"""
--- Dead-letter up to %(limit)s running jobs whose lease lapsed with no attempts left (S9,
--- S24) so none is stranded when no claimer passes by; a pending trigger is promoted.
-WITH target AS (
-    SELECT j.id, j.rerun_payload IS NOT NULL AS has_rerun
-    FROM pgjobs_job AS j
-    WHERE j.state = 'running' AND j.claimed_until <= now() AND j.attempts >= j.max_attempts
-    ORDER BY j.claimed_until
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-),
-buried AS (
-    DELETE FROM pgjobs_job AS j USING target AS t
-    WHERE j.id = t.id AND NOT t.has_rerun
-    RETURNING j.*
-),
-dead AS (
-    {_bury("'lease lapsed'", _LAPSED_ERRORS, "'max attempts exceeded'")}
-    RETURNING id
-),
-promoted AS (
-    UPDATE pgjobs_job AS j
-    SET {_PROMOTE_RERUN}, last_error = 'lease lapsed',
-        errors = {_LAPSED_ERRORS}
     FROM target AS t
     WHERE j.id = t.id AND t.has_rerun
     RETURNING j.queue, j.run_after
@@ -601,6 +680,13 @@ WHERE id IN (
 LISTEN_CHANNEL = """
 -- Subscribe this connection to the wake-up channel (S23); {channel} is an identifier.
 LISTEN {channel}
+"""
+
+TUNE_WORKER_SESSION = """
+-- Plan each prepared statement once on this connection and never JIT-compile: the
+-- worker's own connection runs nothing but the queue's short, index-bound statements.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
+       set_config('jit', 'off', false)
 """
 
 SWEEP_LOCK = """

@@ -46,6 +46,9 @@ logger = logging.getLogger("django_pgjobs.worker")
 HEARTBEAT_FRACTION = 1 / 3
 #: Longest wait between attempts to reach a database that went away.
 RECONNECT_BACKOFF_CAP_S = 30.0
+#: After the first of a batch of jobs finishes, wait up to this long for the rest, so
+#: that fast jobs are recorded (and their slots refilled) many at a time.
+GATHER_S = 0.002
 
 
 def default_worker_id() -> str:
@@ -75,13 +78,17 @@ class WorkerStats:
     lost: int = 0
     in_flight: int = 0
     started_at: float = field(default_factory=time.monotonic)
+    #: Wall-clock times (time.time()) of the first claim and the last recorded outcome,
+    #: for measuring a drain; never compared with the database's clock.
+    first_claim_at: float | None = None
+    last_recorded_at: float | None = None
 
     @property
     def finished(self) -> int:
         return self.succeeded + self.retried + self.dead + self.lost
 
 
-@dataclass
+@dataclass(eq=False)
 class _Running:
     handle: JobHandle
     next_heartbeat: float
@@ -140,6 +147,9 @@ class Worker:
 
         self._work: queue.SimpleQueue[JobHandle | None] = queue.SimpleQueue()
         self._completed: deque[Outcome] = deque()
+        self._completion_lock = threading.Lock()
+        #: Jobs handed to the pool whose outcome has not been appended yet.
+        self._outstanding = 0
         self._running: dict[uuid.UUID, _Running] = {}
         self._acks: list[tuple[JobHandle, Any]] = []
         self._retries: list[tuple[JobHandle, Failure, float | None]] = []
@@ -152,7 +162,7 @@ class Worker:
         self._listener_retry_at = 0.0
         self._maybe_more = True
         self._next_poll = 0.0
-        self._next_scheduled: float | None = None
+        self._next_due: float | None = None
         self._db_retry_at = 0.0
         self._db_failures = 0
         self._stop_requested = threading.Event()
@@ -160,6 +170,9 @@ class Worker:
         self._signals = 0
         self._sweeper_stop = threading.Event()
         self._last_status = 0.0
+        self._gather_started: float | None = None
+        #: The earliest next_heartbeat among running jobs (inf: none due).
+        self._next_heartbeat_at = float("inf")
 
     # Lifecycle ---------------------------------------------------------------------
 
@@ -180,14 +193,18 @@ class Worker:
         finally:
             self._shutdown()
             restore()
+        stats = self.stats
         logger.info(
-            "worker stopped id=%s claimed=%s succeeded=%s retried=%s dead=%s lost=%s",
+            "worker stopped id=%s claimed=%s succeeded=%s retried=%s dead=%s lost=%s "
+            "first_claim_at=%s last_recorded_at=%s",
             self.worker_id,
-            self.stats.claimed,
-            self.stats.succeeded,
-            self.stats.retried,
-            self.stats.dead,
-            self.stats.lost,
+            stats.claimed,
+            stats.succeeded,
+            stats.retried,
+            stats.dead,
+            stats.lost,
+            f"{stats.first_claim_at:.6f}" if stats.first_claim_at else "-",
+            f"{stats.last_recorded_at:.6f}" if stats.last_recorded_at else "-",
         )
         return 0
 
@@ -251,6 +268,10 @@ class Worker:
     def _loop(self) -> None:
         while True:
             now = time.monotonic()
+            gather = self._gather_time_left(now)
+            if gather > 0:
+                self._wait(gather)
+                continue
             self._collect()
             self._flush()
             if self._stop_requested.is_set():
@@ -266,6 +287,17 @@ class Worker:
             self._heartbeat_due(now)
             self._report(now)
             self._wait(self._timeout(time.monotonic()))
+
+    def _gather_time_left(self, now: float) -> float:
+        """Seconds to keep waiting for more of the running jobs to finish (0: go now)."""
+        if not self._completed:
+            self._gather_started = None
+            return 0.0
+        if self._stop_requested.is_set() or len(self._completed) >= len(self._running):
+            return 0.0
+        if self._gather_started is None:
+            self._gather_started = now
+        return max(0.0, self._gather_started + GATHER_S - now)
 
     def _exhausted(self) -> bool:
         """True when this worker has nothing left to do (burst drained, max jobs done)."""
@@ -284,34 +316,41 @@ class Worker:
         if now >= self._next_poll:
             self._maybe_more = True
             self._next_poll = now + self.poll_interval
-        if self._next_scheduled is not None and now >= self._next_scheduled:
+        if self._next_due is not None and now >= self._next_due:
             self._maybe_more = True
-            self._next_scheduled = None
+            self._next_due = None
         free = self._free_slots()
         if not self._maybe_more or free <= 0 or now < self._db_retry_at:
             return
         from django_pgjobs.models import Job
 
         try:
+            Job.objects.tune_worker_connection(using=self.using)
             handles = Job.objects.claim_batch(self.queues, free, self.worker_id, using=self.using)
             if len(handles) < free:
                 self._maybe_more = False
-                wait = Job.objects.next_scheduled_in(self.queues, using=self.using)
-                self._next_scheduled = None if wait is None else time.monotonic() + wait
+                wait = Job.objects.next_due_in(self.queues, using=self.using)
+                self._next_due = None if wait is None else time.monotonic() + wait
         except DatabaseError as error:
             self._database_failed("claim", error)
             return
         self._database_ok()
-        heartbeat_every = [h.lease_s * HEARTBEAT_FRACTION for h in handles]
-        for handle, every in zip(handles, heartbeat_every, strict=True):
+        claimed_at = time.monotonic()
+        with self._completion_lock:
+            self._outstanding += len(handles)
+        for handle in handles:
             definition = registry.get_definition(handle.kind)
+            # A transaction-mode job's row lock keeps claimers away: no heartbeat.
+            heartbeats = not (definition is not None and definition.atomic)
+            next_heartbeat = claimed_at + handle.lease_s * HEARTBEAT_FRACTION
             self._running[handle.token] = _Running(
-                handle=handle,
-                next_heartbeat=time.monotonic() + every,
-                # A transaction-mode job's row lock keeps claimers away: no heartbeat.
-                heartbeats=not (definition is not None and definition.atomic),
+                handle=handle, next_heartbeat=next_heartbeat, heartbeats=heartbeats
             )
+            if heartbeats:
+                self._next_heartbeat_at = min(self._next_heartbeat_at, next_heartbeat)
             self._work.put(handle)
+        if handles and self.stats.first_claim_at is None:
+            self.stats.first_claim_at = time.time()
         self.stats.claimed += len(handles)
         self.stats.in_flight = len(self._running)
 
@@ -332,6 +371,7 @@ class Worker:
         self.stats.in_flight = len(self._running)
 
     def _count_recorded(self, outcome: Outcome) -> None:
+        self.stats.last_recorded_at = time.time()
         if outcome.verdict is Verdict.LOST:
             self.stats.lost += 1
         elif outcome.failure is None:
@@ -377,18 +417,30 @@ class Worker:
             self._database_failed("record outcomes", error)
             return
         self._database_ok()
+        self.stats.last_recorded_at = time.time()
         # A completion may have promoted a key's trigger or scheduled an immediate retry.
         self._maybe_more = True
 
     def _heartbeat_due(self, now: float) -> None:
-        due = [r for r in self._running.values() if r.heartbeats and r.next_heartbeat <= now]
-        if not due or now < self._db_retry_at:
+        if now < self._next_heartbeat_at or now < self._db_retry_at:
+            return
+        due = []
+        self._next_heartbeat_at = float("inf")
+        for running in self._running.values():
+            if not running.heartbeats:
+                continue
+            if running.next_heartbeat <= now:
+                due.append(running)
+            else:
+                self._next_heartbeat_at = min(self._next_heartbeat_at, running.next_heartbeat)
+        if not due:
             return
         from django_pgjobs.models import Job
 
         try:
             extended = Job.objects.heartbeat_unlocked([r.handle for r in due])
         except DatabaseError as error:
+            self._next_heartbeat_at = now  # try again once the database is back
             self._database_failed("heartbeat", error)
             return
         self._database_ok()
@@ -400,6 +452,7 @@ class Worker:
             else:
                 # Locked by a fence right now, or no longer ours: look again soon.
                 running.next_heartbeat = now + min(1.0, every)
+            self._next_heartbeat_at = min(self._next_heartbeat_at, running.next_heartbeat)
 
     def _release_running(self) -> None:
         """Hand back the claims still running when the grace period ends (S25)."""
@@ -435,9 +488,10 @@ class Worker:
         ):
             return 0.0
         deadlines = [self._next_poll, now + self.status_interval]
-        if self._next_scheduled is not None:
-            deadlines.append(self._next_scheduled)
-        deadlines.extend(r.next_heartbeat for r in self._running.values() if r.heartbeats)
+        if self._next_due is not None:
+            deadlines.append(self._next_due)
+        if self._running:
+            deadlines.append(self._next_heartbeat_at)
         if self._stop_deadline is not None:
             deadlines.append(self._stop_deadline)
         if self._db_retry_at > now:
@@ -536,8 +590,15 @@ class Worker:
                 if handle is None:
                     return
                 outcome = self._run_one(executor, handle)
-                self._completed.append(outcome)
-                self._wake()
+                with self._completion_lock:
+                    first = not self._completed
+                    self._completed.append(outcome)
+                    self._outstanding -= 1
+                    last = self._outstanding == 0
+                # Wake the loop for the first finished job (it then gathers the rest for a
+                # moment) and for the last one; the ones between need no wake-up of their own.
+                if first or last:
+                    self._wake()
         finally:
             executor.close()
             connections.close_all()

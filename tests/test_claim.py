@@ -150,7 +150,12 @@ class TestS7Order:
             """
         )
         execute("ANALYZE pgjobs_job")
-        params = {"queues": ["default"], "limit": 50, "worker_id": "w", "errors_kept": 10}
+        params = {
+            "queues": ["default"],
+            "limit": 50,
+            "worker_id": "w",
+            "synchronous_commit": None,
+        }
         with connection.cursor() as cursor:
             cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.CLAIM_JOBS, params)
             (plan,) = cursor.fetchone()

@@ -24,7 +24,7 @@ def test_sweepjobs_runs_the_sweeper_once_and_says_what_it_did() -> None:
     lapse(Job.objects.claim_one("q", "w1").id)
     out = io.StringIO()
     call_command("sweepjobs", stdout=out)
-    assert "expired 1, dead-lettered stranded claims 1" in out.getvalue()
+    assert "expired 1, lapsed claims requeued 0 and dead-lettered 1" in out.getvalue()
     assert count("pgjobs_dead") == 2
 
 

@@ -51,10 +51,15 @@ def _claim_on(conn: psycopg.Connection, queue: str) -> list[int]:
     """Claim with a bare connection, the way another worker process would."""
     from django_pgjobs import sql
 
-    params = {"queues": [queue], "limit": 10, "worker_id": "other", "errors_kept": 10}
+    params = {
+        "queues": [queue],
+        "limit": 10,
+        "worker_id": "other",
+        "synchronous_commit": None,
+    }
     with conn.cursor() as cursor:
         cursor.execute(sql.CLAIM_JOBS, params)
-        return [r[0] for r in cursor.fetchall()]
+        return [r[1] for r in cursor.fetchall() if r[1] is not None]
 
 
 class TestS2Resolution:

@@ -35,8 +35,12 @@ def sweep_after_lapse(handle: JobHandle) -> bool:
 
 
 def reclaim_after_lapse(handle: JobHandle) -> bool:
+    """The next claim takes the lapsed run back and hands out the promoted trigger at once;
+    handing that claim back leaves the trigger pending for the common checks below."""
     lapse(handle.id)
-    return Job.objects.claim_one("default", "w2") is None
+    rerun = Job.objects.claim_one("default", "w2")
+    assert rerun is not None and (rerun.id, rerun.payload) == (handle.id, {"v": 2})
+    return rerun.release()
 
 
 ENDINGS: dict[str, Callable[[JobHandle], bool]] = {
@@ -45,6 +49,7 @@ ENDINGS: dict[str, Callable[[JobHandle], bool]] = {
     "retry_exhausted": lambda h: h.retry("flaky"),
     "fail": lambda h: h.fail("broken"),
     "release": lambda h: h.release(),
+    "lapse_at_claim": reclaim_after_lapse,
     "lapse_exhausted_at_claim": reclaim_after_lapse,
     "lapse_exhausted_at_sweep": sweep_after_lapse,
     "expired": sweep_after_expiry,

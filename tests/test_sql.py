@@ -33,23 +33,27 @@ ONE_JOB = {
 }
 SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "ENQUEUE_JOB": {**ONE_JOB, **WAKE},
+    "INSERT_JOB": {**ONE_JOB, **WAKE},
     "ENQUEUE_JOBS": {
-        **{name: [value] for name, value in ONE_JOB.items() if name != "on_conflict"},
-        "queues": ["default"],
-        "kinds": ["demo.t"],
-        "keys": [None],
-        "priorities": [0],
-        "delays_s": [None],
-        "run_afters": [None],
-        "leases_s": [30],
-        "payloads": ["{}"],
-        "result_ttls_s": [None],
+        "jobs": '[["default", "demo.t", null, 0, null, null, 3, 30, null, {}, null]]',
         "on_conflict": "replace",
         **WAKE,
     },
-    "CLAIM_JOBS": {"queues": ["default"], "limit": 5, "worker_id": "w", "errors_kept": 10},
-    "ACK_JOBS": {"ids": [1], "tokens": [TOKEN], "results": [None], **WAKE},
+    "CLAIM_JOBS": {
+        "synchronous_commit": "off",
+        "queues": ["default"],
+        "limit": 5,
+        "worker_id": "w",
+    },
+    "ACK_JOBS": {
+        "synchronous_commit": "off",
+        "ids": [1],
+        "tokens": [TOKEN],
+        "results": [None],
+        **WAKE,
+    },
     "RETRY_JOBS": {
+        "synchronous_commit": "off",
         "ids": [1],
         "tokens": [TOKEN],
         "errors": ["e"],
@@ -60,6 +64,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         **WAKE,
     },
     "FAIL_JOBS": {
+        "synchronous_commit": "off",
         "ids": [1],
         "tokens": [TOKEN],
         "errors": ["e"],
@@ -68,26 +73,37 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "errors_kept": 10,
         **WAKE,
     },
-    "RELEASE_JOBS": {"ids": [1], "tokens": [TOKEN], **WAKE},
-    "HEARTBEAT_JOBS": {"ids": [1], "tokens": [TOKEN], "extends_s": [10.0]},
-    "HEARTBEAT_UNLOCKED_JOBS": {"ids": [1], "tokens": [TOKEN], "extends_s": [10.0]},
+    "RELEASE_JOBS": {"synchronous_commit": "off", "ids": [1], "tokens": [TOKEN], **WAKE},
+    "HEARTBEAT_JOBS": {
+        "synchronous_commit": "off",
+        "ids": [1],
+        "tokens": [TOKEN],
+        "extends_s": [10.0],
+    },
+    "HEARTBEAT_UNLOCKED_JOBS": {
+        "synchronous_commit": "off",
+        "ids": [1],
+        "tokens": [TOKEN],
+        "extends_s": [10.0],
+    },
     "LOCK_CURRENT_CLAIM": {"id": 1, "token": TOKEN},
     "CANCEL_JOB": {"id": 1},
     "REQUEUE_DEAD_JOB": {"id": 1, **WAKE},
-    "NEXT_SCHEDULED_IN": {"queues": ["default"]},
+    "NEXT_DUE_IN": {"queues": ["default"]},
     "SWEEP_EXPIRED": {"limit": 10, "errors_kept": 10, **WAKE},
-    "SWEEP_LAPSED_EXHAUSTED": {"limit": 10, "errors_kept": 10, **WAKE},
+    "RESCUE_LAPSED_JOBS": {"queues": None, "limit": 10, "errors_kept": 10, **WAKE},
     "PRUNE_DONE": {"limit": 10},
     "PRUNE_DEAD_IN_QUEUES": {"queues": ["default"], "retention_s": 60.0, "limit": 10},
     "PRUNE_DEAD_OUTSIDE_QUEUES": {"queues": ["default"], "retention_s": 60.0, "limit": 10},
     "SWEEP_LOCK": {"lock_id": 1},
     "LISTEN_CHANNEL": {},
+    "TUNE_WORKER_SESSION": {},
 }
 # Statements formatted with identifiers (psycopg.sql) before they run.
 IDENTIFIERS = {"LISTEN_CHANNEL": {"channel": "pgjobs"}}
 
 
-TABLELESS = {"SWEEP_LOCK", "LISTEN_CHANNEL"}
+TABLELESS = {"SWEEP_LOCK", "LISTEN_CHANNEL", "TUNE_WORKER_SESSION"}
 
 
 def test_every_statement_has_sample_parameters() -> None:

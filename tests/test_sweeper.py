@@ -45,12 +45,19 @@ def test_s24_lapsed_exhausted_jobs_are_dead_lettered_without_a_claimer() -> None
     assert dead_row(job_id, "reason", "last_error") == ("max attempts exceeded", "lease lapsed")
 
 
-def test_s24_lapsed_jobs_with_attempts_left_are_left_for_a_claimer() -> None:
+def test_s24_lapsed_jobs_with_attempts_left_go_back_to_pending() -> None:
     job_id = Job.objects.enqueue("demo.t", max_attempts=2).id
-    Job.objects.claim_one("default", "w1")
+    stale = Job.objects.claim_one("default", "w1")
     lapse(job_id)
-    assert Sweeper().run_once().total == 0
-    assert row(job_id, "state") == ("running",)
+    assert Sweeper().run_once().lapsed_requeued == 1
+    assert row(job_id, "state", "attempts", "claimed_by", "last_error") == (
+        "pending",
+        1,
+        None,
+        "lease lapsed",
+    )
+    assert stale.ack() is False
+    assert Job.objects.claim_one("default", "w2").attempt == 2
 
 
 def test_s24_done_jobs_are_pruned_when_their_retention_ends() -> None:

@@ -166,7 +166,7 @@ class Command(BaseCommand):
         from django_pgjobs.models import Job
 
         try:
-            Job.objects.next_scheduled_in(queues)
+            Job.objects.next_due_in(queues)
         except InvalidJobOption as error:
             raise CommandError(str(error)) from None
         except ProgrammingError as error:

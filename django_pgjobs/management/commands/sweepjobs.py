@@ -15,8 +15,9 @@ from django_pgjobs.management.commands.runjobs import positive_int, positive_sec
 
 class Command(BaseCommand):
     help = (
-        "Dead-letter expired jobs and lapsed jobs with no attempts left, and prune done "
-        "jobs and dead letters past their retention (DESIGN S24). Safe from many hosts."
+        "Dead-letter expired jobs, take back claims whose lease lapsed (or dead-letter them "
+        "when no attempt is left), and prune done jobs and dead letters past their "
+        "retention (DESIGN S24). Safe from many hosts."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -49,8 +50,9 @@ class Command(BaseCommand):
             else:
                 if options["verbosity"] > 0:
                     self.stdout.write(
-                        f"expired {result.expired}, dead-lettered stranded claims "
-                        f"{result.lapsed_dead}, promoted triggers {result.triggers_promoted}, "
+                        f"expired {result.expired}, lapsed claims requeued "
+                        f"{result.lapsed_requeued} and dead-lettered {result.lapsed_dead}, "
+                        f"promoted triggers {result.triggers_promoted}, "
                         f"pruned done {result.done_pruned}, pruned dead {result.dead_pruned}"
                     )
             if not options["loop"] or stop.wait(options["interval"]):
