@@ -19,3 +19,17 @@ class PgJobsConfig(AppConfig):
         # Register every app's jobs.py, so that the decorator defaults of a kind (S2)
         # apply wherever it is enqueued, and so that workers know every kind.
         autodiscover_modules("jobs")
+        if _uses_tasks_backend():
+            # django.tasks has no registry of its own: a task is known once its module is
+            # imported. Workers run only known kinds, so load every app's tasks.py.
+            autodiscover_modules("tasks")
+
+
+def _uses_tasks_backend() -> bool:
+    from django.conf import settings
+
+    configured = getattr(settings, "TASKS", None) or {}
+    return any(
+        isinstance(params, dict) and params.get("BACKEND") == "django_pgjobs.backend.PgJobsBackend"
+        for params in configured.values()
+    )

@@ -131,11 +131,14 @@ class Executor:
         if isinstance(error, LeaseLost):
             return self._finish(handle, Verdict.LOST, started)
         if isinstance(error, Retry):
-            return self._retry(handle, Failure(error.reason), error.delay, started)
+            failure = Failure.from_exception(error, text=error.reason)
+            return self._retry(handle, failure, error.delay, started)
         if isinstance(error, Fail):
-            return self._finish(handle, Verdict.FAIL, started, failure=Failure(error.reason))
+            failure = Failure.from_exception(error, text=error.reason)
+            return self._finish(handle, Verdict.FAIL, started, failure=failure)
         if isinstance(error, ResultNotJson):
-            return self._finish(handle, Verdict.FAIL, started, failure=Failure(str(error)))
+            failure = Failure.from_exception(error, text=str(error))
+            return self._finish(handle, Verdict.FAIL, started, failure=failure)
         return self._retry(handle, Failure.from_exception(error), None, started)
 
     def _call(self, handle: JobHandle, definition: JobDefinition) -> Any:

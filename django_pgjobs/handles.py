@@ -32,11 +32,14 @@ class Failure:
     exception: str | None = None
 
     @classmethod
-    def from_exception(cls, error: BaseException) -> Failure:
+    def from_exception(cls, error: BaseException, text: str | None = None) -> Failure:
+        """The failure an exception describes; `text` replaces its "Class: message"."""
         kind = type(error)
         message = str(error)
         return cls(
-            error=f"{kind.__name__}: {message}" if message else kind.__name__,
+            error=text
+            if text is not None
+            else (f"{kind.__name__}: {message}" if message else kind.__name__),
             traceback="".join(traceback_module.format_exception(error)),
             exception=f"{kind.__module__}.{kind.__qualname__}",
         )

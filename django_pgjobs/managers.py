@@ -45,11 +45,19 @@ ENQUEUE_MANY_KEYS = frozenset(
 )
 
 
-class EnqueueResult(NamedTuple):
-    """What an enqueue did: the job's id, and whether a row was inserted (else merged, S3)."""
-
+class _EnqueueRow(NamedTuple):
     id: int
     inserted: bool
+
+
+class EnqueueResult(_EnqueueRow):
+    """What an enqueue did: the job's id, and whether a row was inserted (else merged, S3).
+
+    Unpacks and compares as `(id, inserted)`. `created_at` is when the job was created, by
+    the database's clock (the live job's, when merged); None after enqueue_many.
+    """
+
+    created_at: datetime | None = None
 
     @property
     def merged(self) -> bool:
@@ -93,6 +101,7 @@ class JobRecord:
     claimed_by: Any
     claimed_until: datetime | None
     claimed_at: datetime | None
+    started_at: datetime | None
     worker_id: str | None
     expires_at: datetime | None
     payload: dict[str, Any]
@@ -187,7 +196,9 @@ class JobManager(models.Manager["Job"]):
         else:
             params["on_conflict"] = on_conflict
             (row,) = _fetchall(sql.ENQUEUE_JOB, params, using)
-        return EnqueueResult(id=row[0], inserted=row[1])
+        result = EnqueueResult(id=row[0], inserted=row[1])
+        result.created_at = row[2]
+        return result
 
     def enqueue_many(
         self,

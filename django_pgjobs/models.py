@@ -33,6 +33,9 @@ class JobColumns(models.Model):
     claimed_by = models.UUIDField(null=True, blank=True, help_text="The current claim's token.")
     claimed_until = models.DateTimeField(null=True, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the job was first claimed."
+    )
     worker_id = models.TextField(null=True, blank=True, help_text="Worker of the latest claim.")
     expires_at = models.DateTimeField(null=True, blank=True)
     payload = models.JSONField(db_default=models.Value({}, models.JSONField()))

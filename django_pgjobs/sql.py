@@ -22,8 +22,8 @@ DEAD_TABLE = "pgjobs_dead"
 # Columns a job keeps when it moves between the live and the dead table.
 _KEPT_COLUMNS = (
     "queue, kind, key, priority, run_after, attempts, max_attempts, lease_s, claimed_by,"
-    " claimed_until, claimed_at, worker_id, expires_at, payload, result, rerun_after,"
-    " rerun_payload, rerun_expires_at, result_ttl_s, created_at"
+    " claimed_until, claimed_at, started_at, worker_id, expires_at, payload, result,"
+    " rerun_after, rerun_payload, rerun_expires_at, result_ttl_s, created_at"
 )
 
 
@@ -105,7 +105,7 @@ _MERGE_INTO_LIVE_JOB = f"""{_ON_LIVE_KEY}
             ELSE job.rerun_after END,
         rerun_expires_at = CASE WHEN job.state = 'running' AND %(on_conflict)s <> 'ignore'
                                 THEN excluded.expires_at ELSE job.rerun_expires_at END
-    RETURNING job.id, job.xmax = 0 AS inserted, job.queue,
+    RETURNING job.id, job.xmax = 0 AS inserted, job.queue, job.created_at,
               job.state = 'pending' AND job.run_after <= now() AS runnable
 """
 
@@ -153,7 +153,7 @@ VALUES (
     0, %(max_attempts)s, %(lease_s)s,
     now() + make_interval(secs => %(expires_s)s::float8),
     %(payload)s::jsonb, '[]'::jsonb, %(result_ttl_s)s, now())
-RETURNING id, true,
+RETURNING id, true, created_at,
           CASE WHEN %(notify)s AND run_after <= now() THEN pg_notify(%(channel)s, queue)::text END
 """
 
@@ -175,7 +175,7 @@ WITH merged AS (
 woke AS (
     SELECT pg_notify(%(channel)s, queue) FROM merged WHERE %(notify)s AND runnable
 )
-SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
+SELECT id, inserted, created_at, (SELECT count(*) FROM woke) FROM merged
 """
 
 ENQUEUE_JOBS = f"""
@@ -258,6 +258,7 @@ claimed AS (
         attempts = j.attempts + 1,
         claimed_by = gen_random_uuid(),
         claimed_at = now(),
+        started_at = coalesce(j.started_at, now()),
         claimed_until = now() + make_interval(secs => j.lease_s),
         worker_id = %(worker_id)s
     FROM picked AS p

@@ -20,15 +20,30 @@ DATABASES = {
     )
 }
 
+try:
+    import django.tasks  # noqa: F401  (Django 6)
+
+    TASKS_APPS: list[str] = []
+except ImportError:  # Django 5.2: the backport is an app
+    TASKS_APPS = ["django_tasks"]
+
 INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.admin",
+    *TASKS_APPS,
     "django_pgjobs",
     "tests",
 ]
+TASKS = {
+    "default": {
+        "BACKEND": "django_pgjobs.backend.PgJobsBackend",
+        "QUEUES": [],
+        "OPTIONS": {"RESULT_RETENTION": 3600},
+    }
+}
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
