@@ -69,7 +69,7 @@ class Sweeper:
 
     def run_once(self) -> SweepResult:
         """Sweep until every pass finds less than a full batch; return what it did."""
-        from django_pgjobs.models import DeadJob, Job
+        from django_pgjobs.models import DeadJob, Job, JobStats
 
         counts = dict.fromkeys(
             (
@@ -100,6 +100,9 @@ class Sweeper:
         def prune_done() -> int:
             return Job.objects.prune_done(limit, using=using)
 
+        def prune_stats() -> int:
+            return JobStats.objects.prune(limit, using=using)
+
         def prune_dead_of(queue: str, retention_s: int) -> Callable[[], int]:
             return lambda: DeadJob.objects.prune_in_queues([queue], retention_s, limit, using=using)
 
@@ -114,6 +117,7 @@ class Sweeper:
             (None, expire),
             (None, rescue_lapsed),
             ("done_pruned", prune_done),
+            (None, prune_stats),
         ]
         for queue in configured:
             retention = pgjobs_settings.queue_options(queue).dead_retention_s

@@ -25,7 +25,7 @@ from django_pgjobs.handles import Failure, JobHandle
 from django_pgjobs.options import UNSET
 
 if TYPE_CHECKING:
-    from django_pgjobs.models import DeadJob, Job  # noqa: F401
+    from django_pgjobs.models import DeadJob, Job, JobStats  # noqa: F401
 
 #: The enqueue options a job given to enqueue_many may carry.
 ENQUEUE_MANY_KEYS = frozenset(
@@ -124,6 +124,52 @@ class JobRecord:
 
 
 _RECORD_FIELDS = tuple(f.name for f in fields(JobRecord))
+
+#: Counts for the admin stop at this many rows; past it they are the planner's estimate.
+COUNT_CAP = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """A number of rows: exact, or the planner's estimate past COUNT_CAP."""
+
+    value: int
+    estimated: bool = False
+
+    def __str__(self) -> str:
+        return f"≈ {self.value:,}" if self.estimated else f"{self.value:,}"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOverview:
+    """One queue at a glance."""
+
+    queue: str
+    runnable: Count
+    scheduled: Count
+    running: Count
+    dead: Count
+    oldest_runnable_s: float | None
+
+    @property
+    def oldest_runnable(self) -> str:
+        if self.oldest_runnable_s is None:
+            return "-"
+        seconds = self.oldest_runnable_s
+        if seconds < 60:
+            return f"{seconds:.0f} s"
+        if seconds < 3600:
+            return f"{seconds / 60:.0f} min"
+        return f"{seconds / 3600:.1f} h"
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputPoint:
+    """Jobs finished and failed attempts in one minute."""
+
+    minute: datetime
+    succeeded: int
+    failed: int
 
 
 def _record(values: dict[str, Any]) -> JobRecord:
@@ -516,6 +562,76 @@ class JobManager(models.Manager["Job"]):
             return _record({**dead, "state": "dead"})
         return None
 
+    def run_now(self, job_ids: Sequence[int], *, using: str | None = None) -> int:
+        """Make pending jobs runnable now; return how many were pending."""
+        params = {"ids": _id_array(job_ids), **_wake_params()}
+        ((moved, _woken),) = _fetchall(sql.RUN_JOBS_NOW, params, using)
+        return int(moved)
+
+    def cancel_many(
+        self, job_ids: Sequence[int], *, reason: str = "cancelled", using: str | None = None
+    ) -> int:
+        """Move pending or running jobs to the dead table with `reason` (requeueable).
+
+        Unlike `cancel` (S18, which deletes), the job stays on record. Returns how many
+        were moved; finished jobs are skipped.
+        """
+        params = {"ids": _id_array(job_ids), "reason": reason}
+        ((moved,),) = _fetchall(sql.CANCEL_JOBS, params, using)
+        return int(moved)
+
+    # Overview (the admin) ---------------------------------------------------------------
+
+    def queue_names(self, *, dead: bool = False, using: str | None = None) -> list[str]:
+        """Queues with jobs (or, with `dead`, with dead letters), and the configured ones."""
+        statement = sql.DEAD_QUEUE_NAMES if dead else sql.LIVE_QUEUE_NAMES
+        found = {row[0] for row in _fetchall(statement, {}, using)}
+        if not dead:
+            found.update(pgjobs_settings.QUEUES)
+        return sorted(found)
+
+    def overview(self, *, using: str | None = None) -> list[QueueOverview]:
+        """Every queue's runnable, scheduled, running and dead jobs and its oldest runnable
+        job's age, read along the partial indexes; counts past COUNT_CAP are estimates."""
+        queues = sorted(
+            set(self.queue_names(using=using)) | set(self.queue_names(dead=True, using=using))
+        )
+        if not queues:
+            return []
+        rows = _fetchall(sql.QUEUE_OVERVIEW, {"queues": queues, "cap": COUNT_CAP}, using)
+        estimates = (
+            sql.ESTIMATE_RUNNABLE,
+            sql.ESTIMATE_SCHEDULED,
+            sql.ESTIMATE_RUNNING,
+            sql.ESTIMATE_DEAD,
+        )
+        overview = []
+        for queue, *counts, oldest in rows:
+            exact = [
+                Count(int(value))
+                if value <= COUNT_CAP
+                else Count(_estimate(statement, queue, using), estimated=True)
+                for value, statement in zip(counts, estimates, strict=True)
+            ]
+            runnable, scheduled, running, dead = exact
+            overview.append(
+                QueueOverview(queue, runnable, scheduled, running, dead, oldest_runnable_s=oldest)
+            )
+        return overview
+
+    def throughput(self, minutes: int = 60, *, using: str | None = None) -> list[ThroughputPoint]:
+        """Jobs finished and failed attempts per minute, oldest first (every minute)."""
+        rows = _fetchall(sql.THROUGHPUT, {"minutes": int(minutes)}, using)
+        return [ThroughputPoint(minute, int(ok), int(bad)) for minute, ok, bad in rows]
+
+    def capped_count(self, queryset: models.QuerySet[Any]) -> int:
+        """Count a queryset's rows up to COUNT_CAP; past it, return the planner's estimate."""
+        exact = queryset.order_by()[: COUNT_CAP + 1].count()
+        if exact <= COUNT_CAP:
+            return exact
+        plan = json.loads(queryset.order_by().explain(format="json"))
+        return max(int(plan[0]["Plan"]["Plan Rows"]), exact)
+
     # Maintenance (used by the sweeper) -------------------------------------------------
 
     def sweep_expired(self, limit: int, *, using: str | None = None) -> tuple[int, int]:
@@ -655,6 +771,29 @@ def _bookkeeping(using: str | None) -> dict[str, Any]:
     return {"synchronous_commit": "off" if asynchronous else None}
 
 
+class JobStatsManager(models.Manager["JobStats"]):
+    """The per-minute rollup the admin's chart reads."""
+
+    def record(
+        self, counts: Mapping[str, tuple[int, int, int]], *, using: str | None = None
+    ) -> None:
+        """Add (succeeded, retried, dead) per queue to the current minute."""
+        if not counts:
+            return
+        queues = sorted(counts)
+        params = {
+            "queues": queues,
+            "succeeded": [counts[queue][0] for queue in queues],
+            "retried": [counts[queue][1] for queue in queues],
+            "dead": [counts[queue][2] for queue in queues],
+        }
+        _rowcount(sql.RECORD_STATS, params, using)
+
+    def prune(self, limit: int, *, using: str | None = None) -> int:
+        """Delete up to `limit` minutes older than a day."""
+        return _rowcount(sql.PRUNE_STATS, {"limit": limit}, using)
+
+
 #: Advisory lock key of the sweeper: "pgjobs" as a number, so other locks rarely clash.
 SWEEP_LOCK_ID = int.from_bytes(b"pgjobsSW", "big") & 0x7FFF_FFFF_FFFF_FFFF
 
@@ -684,6 +823,17 @@ def _claim_keys(handles: Sequence[JobHandle]) -> dict[str, str]:
 def _nulls(count: int) -> str:
     """An array literal of `count` NULLs, for results that are all None."""
     return "{" + ",".join(["NULL"] * count) + "}"
+
+
+def _id_array(job_ids: Sequence[int]) -> str:
+    """Job ids as an array literal (`{1,2}`); each must be a whole number."""
+    return "{" + ",".join(str(int(job_id)) for job_id in job_ids) + "}"
+
+
+def _estimate(statement: str, queue: str, using: str | None) -> int:
+    ((plan,),) = _fetchall(statement, {"queue": queue}, using)
+    document = json.loads(plan) if isinstance(plan, str) else plan
+    return int(document[0]["Plan"]["Plan Rows"])
 
 
 def _batch_alias(handles: Sequence[JobHandle]) -> str:

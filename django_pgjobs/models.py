@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
-from django_pgjobs.managers import DeadJobManager, JobManager
+from django_pgjobs.managers import DeadJobManager, JobManager, JobStatsManager
 from django_pgjobs.options import KIND_MAX_LENGTH, QUEUE_NAME_MAX_LENGTH
 from django_pgjobs.states import LIVE_STATES, JobState
 
@@ -150,7 +150,7 @@ class DeadJob(JobColumns):
 
     class Meta:
         db_table = "pgjobs_dead"
-        verbose_name = "dead job"
+        verbose_name = "dead letter"
         indexes: ClassVar[list[models.Index]] = [
             models.Index(fields=["died_at"], name="pgjobs_dead_died_at"),
             models.Index(fields=["queue", "died_at"], name="pgjobs_dead_queue"),
@@ -159,3 +159,29 @@ class DeadJob(JobColumns):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("Dead jobs are written by the queue, never by save().")
+
+
+class JobStats(models.Model):
+    """Jobs finished per minute and queue, kept by the workers for the admin's chart.
+
+    A small rollup instead of keeping every done row: each worker adds its counts every
+    few seconds; the sweeper drops minutes older than a day.
+    """
+
+    minute = models.DateTimeField()
+    queue = models.CharField(max_length=QUEUE_NAME_MAX_LENGTH)
+    succeeded = models.IntegerField(db_default=0)
+    retried = models.IntegerField(db_default=0)
+    dead = models.IntegerField(db_default=0)
+
+    objects: ClassVar[JobStatsManager] = JobStatsManager()
+
+    class Meta:
+        db_table = "pgjobs_stats"
+        verbose_name_plural = "job stats"
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            models.UniqueConstraint(fields=["minute", "queue"], name="pgjobs_stats_minute_queue")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue}@{self.minute:%H:%M}"

@@ -678,6 +678,151 @@ WHERE id IN (
 )
 """
 
+RUN_JOBS_NOW = """
+-- Make pending jobs runnable now (admin "run now"); wake the workers of their queues.
+WITH moved AS (
+    UPDATE pgjobs_job SET run_after = now()
+    WHERE id = ANY(%(ids)s::bigint[]) AND state = 'pending'
+    RETURNING queue
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM moved) AS q
+    WHERE %(notify)s
+)
+SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM woke)
+"""
+
+CANCEL_JOBS = f"""
+-- Move pending or running jobs to the dead table with %(reason)s (the admin's cancel); a
+-- running handler's later writes are refused (S10), and the letter can be requeued.
+WITH buried AS (
+    DELETE FROM pgjobs_job AS j
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state IN ('pending', 'running')
+    RETURNING j.*
+),
+dead AS (
+    {_bury("j.last_error", "j.errors", "%(reason)s")}
+    RETURNING id
+)
+SELECT count(*) FROM dead
+"""
+
+LIVE_QUEUE_NAMES = """
+-- The queues that hold pending or running jobs. Pending queues come from a skip scan of
+-- the schedule index, one probe per queue, never a DISTINCT over the backlog; running
+-- jobs are few.
+WITH RECURSIVE pending_queues (queue) AS (
+    (SELECT j.queue FROM pgjobs_job AS j WHERE j.state = 'pending' ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM pgjobs_job AS j
+            WHERE j.state = 'pending' AND j.queue > p.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM pending_queues AS p
+    WHERE p.queue IS NOT NULL
+)
+SELECT queue FROM pending_queues WHERE queue IS NOT NULL
+UNION
+SELECT DISTINCT queue FROM pgjobs_job WHERE state = 'running'
+"""
+
+DEAD_QUEUE_NAMES = """
+-- The queues that hold dead letters: a skip scan of the dead table's queue index.
+WITH RECURSIVE dead_queues (queue) AS (
+    (SELECT d.queue FROM pgjobs_dead AS d ORDER BY d.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.queue FROM pgjobs_dead AS d WHERE d.queue > q.queue
+            ORDER BY d.queue LIMIT 1)
+    FROM dead_queues AS q
+    WHERE q.queue IS NOT NULL
+)
+SELECT queue FROM dead_queues WHERE queue IS NOT NULL
+"""
+
+QUEUE_OVERVIEW = """
+-- Per queue: runnable, scheduled, running and dead jobs, each counted up to
+-- %(cap)s + 1 rows along an index (a count at the cap is estimated by the caller), and
+-- the age of the oldest runnable job in seconds, by the database clock.
+SELECT q.name,
+       (SELECT count(*) FROM (SELECT 1 FROM pgjobs_job AS j
+                              WHERE j.state = 'pending' AND j.queue = q.name
+                                AND j.run_after <= now()
+                              LIMIT %(cap)s + 1) AS c),
+       (SELECT count(*) FROM (SELECT 1 FROM pgjobs_job AS j
+                              WHERE j.state = 'pending' AND j.queue = q.name
+                                AND j.run_after > now()
+                              LIMIT %(cap)s + 1) AS c),
+       (SELECT count(*) FROM (SELECT 1 FROM pgjobs_job AS j
+                              WHERE j.state = 'running' AND j.queue = q.name
+                              LIMIT %(cap)s + 1) AS c),
+       (SELECT count(*) FROM (SELECT 1 FROM pgjobs_dead AS d WHERE d.queue = q.name
+                              LIMIT %(cap)s + 1) AS c),
+       (SELECT extract(epoch FROM now() - min(j.run_after))::float8 FROM pgjobs_job AS j
+        WHERE j.state = 'pending' AND j.queue = q.name AND j.run_after <= now())
+FROM unnest(%(queues)s::text[]) AS q(name)
+ORDER BY q.name
+"""
+
+ESTIMATE_RUNNABLE = """
+-- The planner's estimate of a queue's runnable jobs (for counts past the cap).
+EXPLAIN (FORMAT JSON)
+SELECT 1 FROM pgjobs_job
+WHERE state = 'pending' AND queue = %(queue)s AND run_after <= now()
+"""
+
+ESTIMATE_SCHEDULED = """
+-- The planner's estimate of a queue's scheduled jobs (for counts past the cap).
+EXPLAIN (FORMAT JSON)
+SELECT 1 FROM pgjobs_job
+WHERE state = 'pending' AND queue = %(queue)s AND run_after > now()
+"""
+
+ESTIMATE_RUNNING = """
+-- The planner's estimate of a queue's running jobs (for counts past the cap).
+EXPLAIN (FORMAT JSON)
+SELECT 1 FROM pgjobs_job WHERE state = 'running' AND queue = %(queue)s
+"""
+
+ESTIMATE_DEAD = """
+-- The planner's estimate of a queue's dead letters (for counts past the cap).
+EXPLAIN (FORMAT JSON)
+SELECT 1 FROM pgjobs_dead WHERE queue = %(queue)s
+"""
+
+RECORD_STATS = """
+-- Add a worker's counts of finished jobs to the current minute of each queue.
+INSERT INTO pgjobs_stats AS s (minute, queue, succeeded, retried, dead)
+SELECT date_trunc('minute', now()), c.queue, c.succeeded, c.retried, c.dead
+FROM unnest(%(queues)s::text[], %(succeeded)s::int[], %(retried)s::int[], %(dead)s::int[])
+     AS c(queue, succeeded, retried, dead)
+ON CONFLICT (minute, queue) DO UPDATE SET
+    succeeded = s.succeeded + excluded.succeeded,
+    retried = s.retried + excluded.retried,
+    dead = s.dead + excluded.dead
+"""
+
+THROUGHPUT = """
+-- Jobs finished and failed attempts per minute over the last %(minutes)s minutes, every
+-- minute present (zero when nothing happened).
+SELECT m.minute, coalesce(sum(s.succeeded), 0)::int,
+       coalesce(sum(s.retried) + sum(s.dead), 0)::int
+FROM generate_series(date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1),
+                     date_trunc('minute', now()), interval '1 minute') AS m(minute)
+LEFT JOIN pgjobs_stats AS s ON s.minute = m.minute
+GROUP BY m.minute
+ORDER BY m.minute
+"""
+
+PRUNE_STATS = """
+-- Delete up to %(limit)s per-minute statistics older than a day.
+DELETE FROM pgjobs_stats
+WHERE id IN (
+    SELECT id FROM pgjobs_stats
+    WHERE minute < now() - interval '1 day'
+    LIMIT %(limit)s
+)
+"""
+
 LISTEN_CHANNEL = """
 -- Subscribe this connection to the wake-up channel (S23); {channel} is an identifier.
 LISTEN {channel}

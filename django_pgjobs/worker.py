@@ -46,6 +46,8 @@ logger = logging.getLogger("django_pgjobs.worker")
 HEARTBEAT_FRACTION = 1 / 3
 #: Longest wait between attempts to reach a database that went away.
 RECONNECT_BACKOFF_CAP_S = 30.0
+#: Seconds between two writes of this worker's per-minute counts (the admin's chart).
+STATS_INTERVAL_S = 10.0
 #: After the first of a batch of jobs finishes, wait up to this long for the rest, so
 #: that fast jobs are recorded (and their slots refilled) many at a time.
 GATHER_S = 0.002
@@ -171,6 +173,9 @@ class Worker:
         self._sweeper_stop = threading.Event()
         self._last_status = 0.0
         self._gather_started: float | None = None
+        #: Per queue: [succeeded, retried, dead] since the last write to pgjobs_stats.
+        self._minute_counts: dict[str, list[int]] = {}
+        self._next_stats_at = time.monotonic() + STATS_INTERVAL_S
         #: The earliest next_heartbeat among running jobs (inf: none due).
         self._next_heartbeat_at = float("inf")
 
@@ -253,6 +258,7 @@ class Worker:
             sweeper.start()
 
     def _shutdown(self) -> None:
+        self._record_stats(time.monotonic(), final=True)
         self._sweeper_stop.set()
         for _ in self._threads:
             self._work.put(None)
@@ -285,6 +291,7 @@ class Worker:
             else:
                 self._claim_if_possible(now)
             self._heartbeat_due(now)
+            self._record_stats(now)
             self._report(now)
             self._wait(self._timeout(time.monotonic()))
 
@@ -359,6 +366,7 @@ class Worker:
         while self._completed:
             outcome = self._completed.popleft()
             self._running.pop(outcome.handle.token, None)
+            self._count_for_chart(outcome)
             verdict = outcome.verdict
             if verdict is Verdict.ACK:
                 self._acks.append((outcome.handle, outcome.result))
@@ -369,6 +377,36 @@ class Worker:
             else:
                 self._count_recorded(outcome)
         self.stats.in_flight = len(self._running)
+
+    def _count_for_chart(self, outcome: Outcome) -> None:
+        if outcome.verdict is Verdict.LOST:
+            return
+        counts = self._minute_counts.setdefault(outcome.handle.queue, [0, 0, 0])
+        if outcome.failure is None:
+            counts[0] += 1
+        elif (
+            outcome.verdict is Verdict.FAIL or outcome.handle.attempt >= outcome.handle.max_attempts
+        ):
+            counts[2] += 1
+        else:
+            counts[1] += 1
+
+    def _record_stats(self, now: float, *, final: bool = False) -> None:
+        """Write the per-minute counts every STATS_INTERVAL_S (and once at the end)."""
+        if not self._minute_counts or (now < self._next_stats_at and not final):
+            return
+        if now < self._db_retry_at:
+            return
+        from django_pgjobs.models import JobStats
+
+        self._next_stats_at = now + STATS_INTERVAL_S
+        counts = {queue: (c[0], c[1], c[2]) for queue, c in self._minute_counts.items()}
+        self._minute_counts = {}
+        try:
+            JobStats.objects.record(counts, using=self.using)
+        except DatabaseError as error:
+            # Only the chart loses these counts: not worth a retry or a reconnect here.
+            logger.debug("could not record the per-minute counts: %s", error)
 
     def _count_recorded(self, outcome: Outcome) -> None:
         self.stats.last_recorded_at = time.time()

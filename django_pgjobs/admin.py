@@ -1,0 +1,357 @@
+"""The operators' view: jobs and dead letters, with counts at a glance and safe actions.
+
+Nothing here runs queue SQL: actions call `Job.objects` / `DeadJob.objects`. Jobs are
+never added or edited by hand; viewers see everything, actions need the model's change
+(or delete) permission, and every action says what it did.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.paginator import Paginator
+from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
+from django.db.models.functions import Now
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils.functional import cached_property
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.text import Truncator
+
+from django_pgjobs import registry
+from django_pgjobs.models import DeadJob, Job
+from django_pgjobs.states import JobState
+
+
+def ago(delta: timedelta | None) -> str:
+    """'in 3 min' for a time ahead, '5 s ago' for one behind (delta = that time - now)."""
+    if delta is None:
+        return "-"
+    seconds = delta.total_seconds()
+    size = abs(seconds)
+    if size < 60:
+        text = f"{size:.0f} s"
+    elif size < 3600:
+        text = f"{size / 60:.0f} min"
+    elif size < 86400:
+        text = f"{size / 3600:.1f} h"
+    else:
+        text = f"{size / 86400:.1f} d"
+    return f"in {text}" if seconds > 0 else f"{text} ago"
+
+
+def pretty_json(value: Any) -> SafeString:
+    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def error_history(errors: list[dict[str, Any]] | None) -> SafeString:
+    if not errors:
+        return mark_safe("<p>No failed attempt.</p>")
+    rows = format_html_join(
+        "",
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><pre>{}</pre></td></tr>",
+        (
+            (
+                entry.get("attempt"),
+                entry.get("at"),
+                entry.get("worker_id") or "",
+                entry.get("error"),
+                entry.get("traceback") or "",
+            )
+            for entry in errors
+        ),
+    )
+    return format_html(
+        "<table><thead><tr><th>attempt</th><th>at</th><th>worker</th><th>error</th>"
+        "<th>traceback</th></tr></thead><tbody>{}</tbody></table>",
+        rows,
+    )
+
+
+class CappedCountPaginator(Paginator):  # type: ignore[type-arg]
+    """A paginator that never counts millions of rows: past a cap, it estimates."""
+
+    @cached_property
+    def count(self) -> int:
+        return Job.objects.capped_count(self.object_list)  # type: ignore[arg-type]
+
+
+class QueueFilter(admin.SimpleListFilter):
+    """Queues present in the table, found by index skip scans rather than DISTINCT."""
+
+    title = "queue"
+    parameter_name = "queue"
+    dead = False
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        queues = Job.objects.queue_names(dead=self.dead)
+        return [(queue, queue) for queue in queues]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(queue=self.value()) if self.value() else queryset
+
+
+class DeadQueueFilter(QueueFilter):
+    dead = True
+
+
+class KindFilter(admin.SimpleListFilter):
+    """Kinds this process knows (the registry), not a DISTINCT over the table."""
+
+    title = "kind"
+    parameter_name = "kind"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(kind, kind) for kind in registry.registered_kinds()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(kind=self.value()) if self.value() else queryset
+
+
+class ReadinessFilter(admin.SimpleListFilter):
+    """Pending jobs that may run now, against those scheduled later (database clock)."""
+
+    title = "readiness"
+    parameter_name = "readiness"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("runnable", "runnable now"), ("scheduled", "scheduled later")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        pending = Q(state=JobState.PENDING)
+        if self.value() == "runnable":
+            return queryset.filter(pending, run_after__lte=Now())
+        if self.value() == "scheduled":
+            return queryset.filter(pending, run_after__gt=Now())
+        return queryset
+
+
+class ReadOnlyJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """What both tables share: read-only detail pages, capped counts, plain search."""
+
+    paginator = CappedCountPaginator
+    show_full_result_count = False
+    list_per_page = 50
+    ordering = ("-id",)
+    search_help_text = "A job id, a kind, or a key."
+    change_list_template = "admin/django_pgjobs/change_list.html"
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A job's page is for reading; "change" is what the list's actions need.
+        if obj is not None:
+            return False
+        return super().has_change_permission(request)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [field.name for field in self.model._meta.fields] + list(self.extra_readonly)
+
+    extra_readonly: tuple[str, ...] = ("pretty_payload", "error_table")
+    claim_fields = ("claimed_by", "claimed_at", "claimed_until", "started_at", "worker_id")
+    trigger_fields = ("rerun_after", "rerun_payload", "rerun_expires_at")
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        match = Q(kind=term) | Q(key=term)
+        if term.isdigit():
+            match |= Q(id=int(term))
+        return queryset.filter(match), False
+
+    def save_model(self, *args: Any, **kwargs: Any) -> None:
+        raise PermissionError("Jobs are not edited by hand.")
+
+    @admin.display(description="payload")
+    def pretty_payload(self, obj: Any) -> SafeString:
+        return pretty_json(obj.payload)
+
+    @admin.display(description="errors")
+    def error_table(self, obj: Any) -> SafeString:
+        return error_history(obj.errors)
+
+    @admin.display(description="attempts")
+    def attempts_of(self, obj: Any) -> str:
+        return f"{obj.attempts}/{obj.max_attempts}"
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {"glance": Job.objects.overview(), "chart": throughput_chart()}
+        return super().changelist_view(request, {**(extra_context or {}), **context})
+
+
+@admin.register(Job)
+class JobAdmin(ReadOnlyJobAdmin):
+    list_display = (
+        "id",
+        "kind",
+        "queue",
+        "key",
+        "state",
+        "priority",
+        "attempts_of",
+        "runs",
+        "claimed_until",
+        "worker_id",
+    )
+    list_filter = ("state", ReadinessFilter, QueueFilter, KindFilter)
+    extra_readonly = ("pretty_payload", "pretty_result", "error_table")
+    actions = ("run_now", "cancel")
+    fieldsets = (
+        (None, {"fields": ("id", "kind", "queue", "key", "state", "priority")}),
+        (
+            "Schedule and limits",
+            {
+                "fields": (
+                    "run_after",
+                    "attempts",
+                    "max_attempts",
+                    "lease_s",
+                    "expires_at",
+                    "result_ttl_s",
+                    "purge_at",
+                    "created_at",
+                    "finished_at",
+                )
+            },
+        ),
+        ("Current claim", {"fields": ReadOnlyJobAdmin.claim_fields}),
+        ("Payload and result", {"fields": ("pretty_payload", "pretty_result")}),
+        ("Errors", {"fields": ("last_error", "error_table")}),
+        ("Trigger waiting for this run to end", {"fields": ReadOnlyJobAdmin.trigger_fields}),
+    )
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a live job is cancelled (to the dead letters), not deleted
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        delta = ExpressionWrapper(F("run_after") - Now(), output_field=DurationField())
+        queryset: QuerySet[Job] = super().get_queryset(request)
+        return queryset.annotate(runs_in=delta)
+
+    @admin.display(description="run after", ordering="run_after")
+    def runs(self, obj: Job) -> str:
+        return ago(getattr(obj, "runs_in", None))
+
+    @admin.display(description="result")
+    def pretty_result(self, obj: Job) -> SafeString:
+        return pretty_json(obj.result)
+
+    @admin.action(description="Run now (pending jobs)", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        moved = Job.objects.run_now(list(queryset.values_list("id", flat=True)))
+        self.message_user(request, f"{moved} {_jobs(moved)} set to run now.", messages.SUCCESS)
+
+    @admin.action(description="Cancel (dead-letter as cancelled)", permissions=["change"])
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        ids = list(queryset.values_list("id", flat=True))
+        if request.POST.get("confirmed") != "yes":
+            return TemplateResponse(
+                request,
+                "admin/django_pgjobs/cancel_confirmation.html",
+                {
+                    **self.admin_site.each_context(request),
+                    "title": "Cancel jobs?",
+                    "opts": self.model._meta,
+                    "jobs": queryset.order_by("id")[:100],
+                    "count": len(ids),
+                    "ids": ids,
+                    "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                },
+            )
+        cancelled = Job.objects.cancel_many(ids)
+        skipped = len(ids) - cancelled
+        message = f"{cancelled} {_jobs(cancelled)} cancelled"
+        if skipped:
+            message += f", {skipped} skipped (already finished)"
+        self.message_user(request, message + ".", messages.SUCCESS)
+        return None
+
+
+@admin.register(DeadJob)
+class DeadJobAdmin(ReadOnlyJobAdmin):
+    list_display = (
+        "id",
+        "kind",
+        "queue",
+        "key",
+        "reason",
+        "attempts",
+        "died_at",
+        "last_error_line",
+    )
+    list_filter = ("reason", DeadQueueFilter, KindFilter)
+    actions = ("requeue", "delete_selected")
+    fieldsets = (
+        (None, {"fields": ("id", "kind", "queue", "key", "reason", "died_at", "priority")}),
+        (
+            "History",
+            {
+                "fields": (
+                    "attempts",
+                    "max_attempts",
+                    "lease_s",
+                    "run_after",
+                    "expires_at",
+                    "created_at",
+                    *ReadOnlyJobAdmin.claim_fields,
+                )
+            },
+        ),
+        ("Payload", {"fields": ("pretty_payload",)}),
+        ("Errors", {"fields": ("last_error", "error_table")}),
+    )
+    ordering = ("-died_at", "-id")  # type: ignore[assignment]
+
+    @admin.display(description="last error")
+    def last_error_line(self, obj: DeadJob) -> str:
+        first = (obj.last_error or "").strip().splitlines()
+        return Truncator(first[0]).chars(90) if first else ""
+
+    @admin.action(description="Requeue (back to pending, attempts reset)", permissions=["change"])
+    def requeue(self, request: HttpRequest, queryset: QuerySet[DeadJob]) -> None:
+        result = DeadJob.objects.requeue(list(queryset.values_list("id", flat=True)))
+        message = f"{result.requeued} {_jobs(result.requeued)} requeued"
+        if result.merged:
+            message += f", {result.merged} merged into a live job"
+        self.message_user(request, message + ".", messages.SUCCESS)
+
+
+def throughput_chart(minutes: int = 60) -> SafeString:
+    """Jobs finished and failed per minute over the last hour, as a small SVG."""
+    series = Job.objects.throughput(minutes)
+    peak = max([max(point.succeeded, point.failed) for point in series] + [1])
+    width, height, bar = 4, 40, 2
+    bars = []
+    for index, point in enumerate(series):
+        x = index * width
+        ok = point.succeeded / peak * height
+        bad = point.failed / peak * height
+        bars.append(
+            f'<rect x="{x}" y="{height - ok:.1f}" width="{bar}" height="{ok:.1f}" '
+            f'fill="#3a7"><title>{point.minute:%H:%M} {point.succeeded} done</title></rect>'
+            f'<rect x="{x + bar}" y="{height - bad:.1f}" width="{bar}" height="{bad:.1f}" '
+            f'fill="#c33"><title>{point.minute:%H:%M} {point.failed} failed</title></rect>'
+        )
+    total_ok = sum(point.succeeded for point in series)
+    total_bad = sum(point.failed for point in series)
+    return mark_safe(
+        f'<svg class="pgjobs-chart" width="{minutes * width}" height="{height}" '
+        f'role="img" aria-label="jobs per minute">{"".join(bars)}</svg>'
+        f'<span class="pgjobs-chart-legend">last {minutes} min: {total_ok} done, '
+        f"{total_bad} failed</span>"
+    )
+
+
+def _jobs(count: int) -> str:
+    return "job" if count == 1 else "jobs"
