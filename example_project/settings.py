@@ -37,8 +37,11 @@ INSTALLED_APPS = [
     # Before django_extensions, whose own `runjobs` command would otherwise win.
     "django_pgjobs",
     "django_extensions",
+    "example_project.agent_sessions",
     "example_project.ingestion",
     "example_project.purge",
+    "example_project.replay",
+    "example_project.demo",
 ]
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -53,7 +56,7 @@ ROOT_URLCONF = "example_project.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        "DIRS": [BASE_DIR / "example_project" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -70,8 +73,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 PGJOBS = {
     "QUEUES": {
+        "sessions": {"MAX_ATTEMPTS": 5, "BACKOFF_BASE": 2},
         "ingestion": {"LEASE": 30, "BACKOFF_BASE": 5},
+        "replay": {"MAX_ATTEMPTS": 20, "BACKOFF_BASE": 1, "BACKOFF_CAP": 60},
         "maintenance": {"MAX_ATTEMPTS": 3},
+        # Short backoff so that the demo's retries happen while you watch.
+        "demo": {"BACKOFF_BASE": 1, "BACKOFF_CAP": 2},
     },
 }
 

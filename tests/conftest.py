@@ -43,3 +43,12 @@ def workers() -> Iterator[object]:
         yield started
     finally:
         started.close()
+
+
+@pytest.fixture
+def example_database() -> Iterator[str]:
+    """A fresh database for the example project (its URL), dropped afterwards."""
+    from tests.example import scratch_database
+
+    with scratch_database() as url:
+        yield url

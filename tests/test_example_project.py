@@ -1,85 +1,72 @@
-"""The example project, end to end, in its own database: lease mode with a fenced result
-(ingestion) and transaction mode purging in bounded batches (purge)."""
+"""The example project, end to end, in a database of its own: sessions (keyed jobs),
+ingestion (lease mode, fenced results), purge (transaction mode, bounded batches), replay
+(debounced watermarks), and `manage.py demo`."""
 
 from __future__ import annotations
-
-import subprocess
-import sys
-import uuid
-from collections.abc import Iterator
 
 import psycopg
 import pytest
 
-from tests.helpers import conninfo, other_connection
-from tests.processes import ROOT
+from tests.example import manage
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 SEED = """
-from datetime import timedelta
-from django.db.models.functions import Now
-from example_project.ingestion.jobs import ingest_document
-from example_project.ingestion.models import Document
-from example_project.purge.jobs import purge_old_events
-from example_project.purge.models import Event
+from example_project.agent_sessions.services import close_session, open_session
+from example_project.ingestion.services import add_document
+from example_project.purge.services import log_events, schedule_purge
+from example_project.replay.services import write
 
-for i in range(3):
-    document = Document.objects.create(title=f"doc {i}", text="words " * (i + 1))
-    ingest_document.enqueue(document_id=document.id)
-Event.objects.bulk_create([Event(name=f"e{i}") for i in range(25)])
-Event.objects.filter(name__in=[f"e{i}" for i in range(20)]).update(
-    created_at=Now() - timedelta(days=40)
-)
-purge_old_events.enqueue(older_than_days=30, batch=7)
+sessions = [open_session(f"s{n}") for n in range(3)]
+close_session(sessions[0].id)
+for n in range(3):
+    add_document("handbook", f"page {n}", "words " * (n + 1))
+log_events(25, age_days=40)
+log_events(5)
+schedule_purge(batch=7)
+for n in range(10):
+    write(1, "memory", f"entry {n}", debounce_s=0)
 """
 
 
-@pytest.fixture
-def example_database() -> Iterator[str]:
-    name = f"pgjobs_example_{uuid.uuid4().hex[:8]}"
-    with other_connection() as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    params = {**conninfo(), "dbname": name}
-    user = params.get("user", "")
-    password = f":{params['password']}" if "password" in params else ""
-    port = f":{params['port']}" if "port" in params else ""
-    url = f"postgresql://{user}{password}@{params.get('host', '127.0.0.1')}{port}/{name}"
-    try:
-        yield url
-    finally:
-        with other_connection() as admin:
-            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-
-
-def manage(url: str, *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "DATABASE_URL": url, "DJANGO_DEBUG": "0"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
-def test_example_project_runs_both_modes_with_a_real_worker(example_database: str) -> None:
+def test_example_project_flows_with_a_real_worker(example_database: str) -> None:
     manage(example_database, "migrate", "--verbosity", "0")
     manage(example_database, "check", "--fail-level", "WARNING")
     manage(example_database, "shell", "-c", SEED)
     manage(example_database, "runjobs", "--burst", "--no-status", "--concurrency", "3")
     with psycopg.connect(example_database) as conn:
-        documents = conn.execute(
-            "SELECT summary, ingested_by_claim IS NOT NULL FROM ingestion_document"
+        sessions = conn.execute(
+            "SELECT name, status, provisioned_at IS NOT NULL FROM agent_sessions_agentsession "
+            "ORDER BY id"
         ).fetchall()
-        events = conn.execute("SELECT name FROM purge_event ORDER BY id").fetchall()
+        documents = conn.execute(
+            "SELECT dirty, summary, ingested_by_claim IS NOT NULL FROM ingestion_document"
+        ).fetchall()
+        events = conn.execute("SELECT count(*) FROM purge_event").fetchone()
+        watermark = conn.execute(
+            "SELECT replayed_to, replays FROM replay_watermark WHERE session_id = 1"
+        ).fetchone()
+        newest = conn.execute("SELECT max(id) FROM replay_entry").fetchone()
         live = conn.execute("SELECT count(*) FROM pgjobs_job").fetchone()
         dead = conn.execute("SELECT count(*) FROM pgjobs_dead").fetchone()
+    assert sessions == [("s1", "ready", True), ("s2", "ready", True)]  # s0 deleted by its job
     assert len(documents) == 3
     assert all(
-        summary.endswith(tuple("0123456789abcdef")) and fenced for summary, fenced in documents
+        not dirty and "fingerprint" in summary and fenced for dirty, summary, fenced in documents
     )
-    assert [name for (name,) in events] == [f"e{i}" for i in range(20, 25)]
+    assert events == (5,)  # the 25 old ones purged in batches of 7, the 5 new ones kept
+    assert watermark[0] == newest[0]
+    assert watermark[1] <= 2  # ten writes, debounced into one replay (two if one ran early)
     assert (live, dead) == ((0,), (0,))
+
+
+def test_demo_runs_on_a_fresh_database_and_exits_zero(example_database: str) -> None:
+    output = manage(example_database, "demo", "--timeout", "90")
+    assert "Created the admin user 'admin'" in output
+    assert "== Summary" in output
+    assert "dead letters" in output and "card declined" in output
+    with psycopg.connect(example_database) as conn:
+        live = conn.execute("SELECT count(*) FROM pgjobs_job WHERE state <> 'done'").fetchone()
+        dead = conn.execute("SELECT count(*) FROM pgjobs_dead").fetchone()
+    assert live == (0,)
+    assert dead == (4,)

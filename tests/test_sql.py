@@ -11,7 +11,7 @@ from django.db import connection, transaction
 from psycopg import sql as pgsql
 
 from django_pgjobs import sql
-from django_pgjobs.models import DeadJob, Job
+from django_pgjobs.models import DeadJob, Job, JobStats
 
 pytestmark = pytest.mark.django_db
 
@@ -98,6 +98,18 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "SWEEP_LOCK": {"lock_id": 1},
     "LISTEN_CHANNEL": {},
     "TUNE_WORKER_SESSION": {},
+    "RUN_JOBS_NOW": {"ids": [1], **WAKE},
+    "CANCEL_JOBS": {"ids": [1], "reason": "cancelled"},
+    "LIVE_QUEUE_NAMES": {},
+    "DEAD_QUEUE_NAMES": {},
+    "QUEUE_OVERVIEW": {"queues": ["default"], "cap": 100},
+    "ESTIMATE_RUNNABLE": {"queue": "default"},
+    "ESTIMATE_SCHEDULED": {"queue": "default"},
+    "ESTIMATE_RUNNING": {"queue": "default"},
+    "ESTIMATE_DEAD": {"queue": "default"},
+    "RECORD_STATS": {"queues": ["default"], "succeeded": [1], "retried": [0], "dead": [0]},
+    "THROUGHPUT": {"minutes": 5},
+    "PRUNE_STATS": {"limit": 10},
 }
 # Statements formatted with identifiers (psycopg.sql) before they run.
 IDENTIFIERS = {"LISTEN_CHANNEL": {"channel": "pgjobs"}}
@@ -129,7 +141,7 @@ def test_statement_names_only_the_models_tables_and_opens_with_a_comment(name: s
     assert statement.lstrip().startswith("-- ")
     tables = set(re.findall(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(pgjobs_\w+)", statement))
     assert bool(tables) == (name not in TABLELESS)
-    assert tables <= {Job._meta.db_table, DeadJob._meta.db_table}
+    assert tables <= {Job._meta.db_table, DeadJob._meta.db_table, JobStats._meta.db_table}
     assert Job._meta.db_table == sql.JOB_TABLE and DeadJob._meta.db_table == sql.DEAD_TABLE
 
 

@@ -1,0 +1,261 @@
+"""The admin: lists, filters, search and detail pages in every state; actions with and
+without permission; counts that never scan a big table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.urls import reverse
+
+from django_pgjobs import managers
+from django_pgjobs.models import DeadJob, Job, JobStats
+from tests.helpers import count, execute, row
+
+pytestmark = pytest.mark.django_db
+
+JOBS = reverse("admin:django_pgjobs_job_changelist")
+DEAD = reverse("admin:django_pgjobs_deadjob_changelist")
+
+
+@pytest.fixture
+def jobs() -> dict[str, int]:
+    """One job in every state, and dead letters with two reasons."""
+    ids = {
+        "runnable": Job.objects.enqueue("demo.mail", {"to": "a@example.com"}, queue="mail").id,
+        "scheduled": Job.objects.enqueue("demo.mail", delay=3600, queue="mail", key="k1").id,
+    }
+    Job.objects.enqueue("demo.report", {"n": 1}, queue="reports")
+    running = Job.objects.claim_one("reports", "host:1:abc")
+    ids["running"] = running.id
+    Job.objects.enqueue("demo.report", {"n": 2}, queue="reports", result_retention=60)
+    done = Job.objects.claim_one("reports", "host:1:abc")
+    done.ack({"pages": 3})
+    ids["done"] = done.id
+    Job.objects.enqueue("demo.sync", {"account": 7}, queue="sync", key="account:7")
+    failed = Job.objects.claim_one("sync", "host:2:def")
+    try:
+        raise ValueError("remote said no\nsecond line")
+    except ValueError as error:
+        failed.retry(error, delay=0)
+    failed = Job.objects.claim_one("sync", "host:2:def")
+    failed.fail("gave up")
+    ids["dead"] = failed.id
+    Job.objects.enqueue("demo.sync", {"account": 8}, queue="sync", max_attempts=1)
+    spent = Job.objects.claim_one("sync", "host:2:def")
+    spent.retry("timeout")
+    ids["spent"] = spent.id
+    JobStats.objects.record({"mail": (5, 1, 0), "sync": (0, 2, 2)})
+    return ids
+
+
+def test_job_list_renders_every_state_and_the_glance(admin_client: Client, jobs: dict) -> None:
+    response = admin_client.get(JOBS)
+    assert response.status_code == 200
+    page = response.content.decode()
+    for state in ("pending", "running", "done"):
+        assert f">{state}<" in page or state in page
+    assert 'data-queue="mail"' in page and 'data-queue="sync"' in page
+    glance = {q.queue: q for q in response.context["glance"]}
+    assert (glance["mail"].runnable.value, glance["mail"].scheduled.value) == (1, 1)
+    assert glance["reports"].running.value == 1
+    assert glance["sync"].dead.value == 2
+    assert "jobs per minute" in page and "last 60 min: 5 done, 5 failed" in page
+    assert "in 60 min" in page or "in 59 min" in page  # the scheduled job's run_after
+
+
+def test_dead_list_renders_reasons_and_first_error_line(admin_client: Client, jobs: dict) -> None:
+    page = admin_client.get(DEAD).content.decode()
+    assert "gave up" in page and "max attempts exceeded" in page
+    assert "timeout" in page
+    assert "second line" not in page
+
+
+@pytest.mark.parametrize(
+    ("query", "expected", "absent"),
+    [
+        ("state__exact=running", ["running"], ["runnable", "done"]),
+        ("readiness=runnable", ["runnable"], ["scheduled", "running"]),
+        ("readiness=scheduled", ["scheduled"], ["runnable"]),
+        ("queue=mail", ["runnable", "scheduled"], ["running", "done"]),
+    ],
+)
+def test_job_filters(
+    admin_client: Client, jobs: dict, query: str, expected: list[str], absent: list[str]
+) -> None:
+    response = admin_client.get(f"{JOBS}?{query}")
+    assert response.status_code == 200
+    shown = {obj.id for obj in response.context["cl"].result_list}
+    assert {jobs[name] for name in expected} <= shown
+    assert not {jobs[name] for name in absent} & shown
+
+
+def test_kind_and_reason_filters(admin_client: Client, jobs: dict) -> None:
+    from django_pgjobs import registry
+
+    registry.register(registry.JobDefinition(kind="demo.mail", func=_noop))
+    try:
+        response = admin_client.get(f"{JOBS}?kind=demo.mail")
+        assert {o.id for o in response.context["cl"].result_list} == {
+            jobs["runnable"],
+            jobs["scheduled"],
+        }
+    finally:
+        registry.unregister("demo.mail")
+    response = admin_client.get(f"{DEAD}?reason__exact=gave+up")
+    assert [o.id for o in response.context["cl"].result_list] == [jobs["dead"]]
+    response = admin_client.get(f"{DEAD}?queue=sync")
+    assert len(response.context["cl"].result_list) == 2
+
+
+def _noop() -> None:
+    return None
+
+
+@pytest.mark.parametrize("term", ["id", "demo.report", "k1"])
+def test_search_by_id_kind_or_key(admin_client: Client, jobs: dict, term: str) -> None:
+    query = str(jobs["running"]) if term == "id" else term
+    response = admin_client.get(JOBS, {"q": query})
+    shown = {obj.id for obj in response.context["cl"].result_list}
+    wanted = {
+        "id": {jobs["running"]},
+        "demo.report": {jobs["running"], jobs["done"]},
+        "k1": {jobs["scheduled"]},
+    }[term]
+    assert shown == wanted
+
+
+@pytest.mark.parametrize("name", ["runnable", "scheduled", "running", "done"])
+def test_job_detail_pages_render(admin_client: Client, jobs: dict, name: str) -> None:
+    url = reverse("admin:django_pgjobs_job_change", args=[jobs[name]])
+    response = admin_client.get(url)
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "<pre>" in page
+    if name == "done":
+        assert "&quot;pages&quot;: 3" in page
+
+
+def test_dead_detail_shows_payload_and_error_history(admin_client: Client, jobs: dict) -> None:
+    url = reverse("admin:django_pgjobs_deadjob_change", args=[jobs["dead"]])
+    page = admin_client.get(url).content.decode()
+    assert "&quot;account&quot;: 7" in page
+    assert "ValueError: remote said no" in page and "gave up" in page
+    assert "Traceback" in page
+
+
+def test_jobs_cannot_be_added(admin_client: Client) -> None:
+    assert admin_client.get(reverse("admin:django_pgjobs_job_add")).status_code == 403
+
+
+def test_run_now_action(admin_client: Client, jobs: dict) -> None:
+    response = admin_client.post(
+        JOBS,
+        {"action": "run_now", "_selected_action": [jobs["scheduled"], jobs["running"]]},
+        follow=True,
+    )
+    assert "1 job set to run now." in response.content.decode()
+    assert (
+        float(
+            execute(
+                "SELECT extract(epoch FROM run_after - now()) FROM pgjobs_job WHERE id = %s",
+                [jobs["scheduled"]],
+            )[0][0]
+        )
+        <= 0
+    )
+
+
+def test_cancel_asks_first_then_dead_letters_as_cancelled(admin_client: Client, jobs: dict) -> None:
+    selected = {"action": "cancel", "_selected_action": [jobs["runnable"], jobs["running"]]}
+    confirm = admin_client.post(JOBS, selected)
+    assert confirm.status_code == 200
+    assert "Cancel 2 jobs?" in confirm.content.decode()
+    assert count() == 4  # nothing happened yet
+    response = admin_client.post(JOBS, {**selected, "confirmed": "yes"}, follow=True)
+    assert "2 jobs cancelled." in response.content.decode()
+    assert row(jobs["runnable"], "id") is None
+    assert DeadJob.objects.get(pk=jobs["running"]).reason == "cancelled"
+
+
+def test_requeue_reports_requeued_and_merged(admin_client: Client, jobs: dict) -> None:
+    Job.objects.enqueue("demo.sync", {"account": 7, "fresh": True}, queue="sync", key="account:7")
+    response = admin_client.post(
+        DEAD,
+        {"action": "requeue", "_selected_action": [jobs["dead"], jobs["spent"]]},
+        follow=True,
+    )
+    assert "1 job requeued, 1 merged into a live job." in response.content.decode()
+    assert count("pgjobs_dead") == 0
+    assert row(jobs["spent"], "state", "attempts") == ("pending", 0)
+
+
+def test_delete_dead_letters_with_confirmation(admin_client: Client, jobs: dict) -> None:
+    selected = {"action": "delete_selected", "_selected_action": [jobs["dead"]]}
+    assert admin_client.post(DEAD, selected).status_code == 200
+    admin_client.post(DEAD, {**selected, "post": "yes"})
+    assert count("pgjobs_dead") == 1
+
+
+@pytest.fixture
+def viewer(client: Client) -> Client:
+    """Staff who may view jobs and dead letters, and nothing more."""
+    user = User.objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__in=["view_job", "view_deadjob"]))
+    client.force_login(user)
+    return client
+
+
+def test_view_only_staff_see_everything_and_can_run_no_action(viewer: Client, jobs: dict) -> None:
+    for url in (
+        JOBS,
+        DEAD,
+        reverse("admin:django_pgjobs_job_change", args=[jobs["running"]]),
+        reverse("admin:django_pgjobs_deadjob_change", args=[jobs["dead"]]),
+    ):
+        assert viewer.get(url).status_code == 200
+    page = viewer.get(JOBS)
+    assert page.context["action_form"] is None  # no action is offered
+    assert 'name="action"' not in page.content.decode()
+    attempts: list[tuple[str, dict[str, Any]]] = [
+        (JOBS, {"action": "run_now", "_selected_action": [jobs["scheduled"]]}),
+        (JOBS, {"action": "cancel", "_selected_action": [jobs["runnable"]], "confirmed": "yes"}),
+        (DEAD, {"action": "requeue", "_selected_action": [jobs["dead"]]}),
+        (DEAD, {"action": "delete_selected", "_selected_action": [jobs["dead"]], "post": "yes"}),
+    ]
+    for url, data in attempts:
+        viewer.post(url, data)
+    assert count() == 4 and count("pgjobs_dead") == 2
+    assert (
+        float(
+            execute(
+                "SELECT extract(epoch FROM run_after - now()) FROM pgjobs_job WHERE id = %s",
+                [jobs["scheduled"]],
+            )[0][0]
+        )
+        > 3000
+    )
+
+
+def test_a_forged_post_without_csrf_changes_nothing(jobs: dict) -> None:
+    forger = Client(enforce_csrf_checks=True)
+    forger.force_login(User.objects.create_superuser("boss", password="pw"))
+    response = forger.post(DEAD, {"action": "requeue", "_selected_action": [jobs["dead"]]})
+    assert response.status_code == 403
+    assert count("pgjobs_dead") == 2
+
+
+def test_counts_past_the_cap_are_estimates_and_say_so(
+    admin_client: Client, jobs: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Job.objects.enqueue_many([{"kind": "demo.bulk", "queue": "bulk"}] * 30)
+    execute("ANALYZE pgjobs_job")
+    monkeypatch.setattr(managers, "COUNT_CAP", 5)
+    response = admin_client.get(JOBS)
+    bulk = next(q for q in response.context["glance"] if q.queue == "bulk")
+    assert bulk.runnable.estimated and str(bulk.runnable).startswith("≈")
+    assert bulk.running.value == 0 and not bulk.running.estimated
+    assert "≈" in response.content.decode()
+    assert Job.objects.capped_count(Job.objects.all()) >= 5
