@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKER_APPLICATION_NAME = "pgjobs-test-worker"
 
 
-def test_database_url() -> str:
+def database_url_for_workers() -> str:
     settings = connection.settings_dict
     user = quote(settings["USER"] or "")
     password = f":{quote(settings['PASSWORD'])}" if settings["PASSWORD"] else ""
@@ -38,7 +38,7 @@ class WorkerProcess:
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "DATABASE_URL": test_database_url(),
+            "DATABASE_URL": database_url_for_workers(),
             "PYTHONPATH": str(ROOT),
             "PYTHONUNBUFFERED": "1",
             # libpq names the workers' connections, so a test can find (and kill) them.
