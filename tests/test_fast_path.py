@@ -20,7 +20,10 @@ pytestmark = pytest.mark.django_db
 @pytest.mark.django_db(transaction=True)
 def test_bookkeeping_asks_for_an_asynchronous_commit_of_its_own_transaction() -> None:
     Job.objects.enqueue("demo.t")
-    with other_connection(autocommit=False) as conn:
+    with other_connection(autocommit=True) as conn:
+        # Whatever the server's default (a throwaway test cluster runs with it off).
+        conn.execute("SET synchronous_commit = on")
+        conn.autocommit = False
         params = {"queues": ["default"], "worker_id": "w", "synchronous_commit": "off"}
         rows = conn.execute(sql.claim_jobs(1), params).fetchall()
         assert rows[0][1] is not None
@@ -32,6 +35,7 @@ def test_bookkeeping_asks_for_an_asynchronous_commit_of_its_own_transaction() ->
 def test_bookkeeping_inside_a_callers_transaction_keeps_its_commit_mode() -> None:
     Job.objects.enqueue("demo.t")
     with transaction.atomic():
+        execute("SET LOCAL synchronous_commit = on")
         (handle,) = Job.objects.claim_batch("default", 1, "w")
         assert scalar("SHOW synchronous_commit") == "on"
         assert handle.ack()
