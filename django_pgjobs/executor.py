@@ -14,9 +14,12 @@ handler's effects back (a savepoint) and records the failure in the same transac
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -72,10 +75,9 @@ class Executor:
             # A rolling deploy: an older worker meets a newer kind. Never import a stored
             # path; back off and let a worker that knows the kind take it.
             return self._retry(handle, Failure(unknown_kind_error(handle.kind)), None, started)
-        payload: object = handle.payload  # a row edited by hand may hold any JSON
-        if not isinstance(payload, dict):
-            failure = Failure(f"payload is not a JSON object: {type(payload).__name__}")
-            return self._finish(handle, Verdict.FAIL, started, failure=failure)
+        misfit = _misfit(definition, handle.payload)  # a row edited by hand may hold any JSON
+        if misfit is not None:
+            return self._finish(handle, Verdict.FAIL, started, failure=Failure(misfit))
         logger.debug(
             "job start id=%s kind=%s attempt=%s/%s",
             handle.id,
@@ -189,6 +191,24 @@ class Executor:
         )
         _log(outcome)
         return outcome
+
+
+def _misfit(definition: JobDefinition, payload: object) -> str | None:
+    """Why `payload` cannot be the handler's arguments, if it cannot: a failure no retry
+    would cure, so the job is dead-lettered at once instead of retried."""
+    if not isinstance(payload, dict):
+        return f"payload is not a JSON object: {type(payload).__name__}"
+    context = (None,) if definition.takes_context else ()
+    try:
+        _signature(definition.func).bind(*context, **payload)
+    except TypeError as error:
+        return f"payload does not fit the handler of {definition.kind}: {error}"
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature(function: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(function)
 
 
 class ResultNotJson(Exception):

@@ -130,6 +130,16 @@ class Job(JobColumns):
             models.CheckConstraint(
                 condition=Q(state__in=JobState.values), name="pgjobs_job_state_valid"
             ),
+            # A running job always has a claim, so its lease can lapse and be recovered.
+            models.CheckConstraint(
+                condition=~Q(state=JobState.RUNNING)
+                | Q(
+                    claimed_by__isnull=False,
+                    claimed_until__isnull=False,
+                    claimed_at__isnull=False,
+                ),
+                name="pgjobs_job_running_has_claim",
+            ),
             *_shared_constraints("pgjobs_job"),
         ]
 
@@ -185,3 +195,4 @@ class JobStats(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}@{self.minute:%H:%M}"
+

@@ -29,6 +29,9 @@ RESERVED_QUEUE_PREFIX: Final = "pgjobs."
 KEY_MAX_BYTES: Final = 1024
 #: Deepest nesting of lists and objects accepted in a payload.
 PAYLOAD_MAX_DEPTH: Final = 100
+#: Integers in payloads and results: Python refuses to write longer ones as text.
+PAYLOAD_INT_MAX_DIGITS: Final = 4000
+_INT_LIMIT: Final = 10**PAYLOAD_INT_MAX_DIGITS
 CONFLICT_MODES: Final = ("replace", "keep_schedule", "ignore")
 #: Longest delay, expiry or retention accepted: a century keeps every timestamp in range.
 MAX_DURATION_S: Final = 100 * 365 * 86_400
@@ -300,26 +303,33 @@ def validate_result_retention(retention: Any) -> int | None:
         raise exceptions.InvalidResultRetention(
             f"result_retention must not be negative, not {retention!r}."
         )
-    return math.ceil(seconds) or None
+    whole = math.ceil(seconds)
+    if whole > 2**31 - 1:
+        raise exceptions.InvalidResultRetention(
+            f"result_retention of {retention!r} is longer than 2**31 - 1 seconds."
+        )
+    return whole or None
 
 
 def validate_schedule(run_after: Any, delay: Any) -> tuple[float | None, datetime | None]:
-    """Return (delay in seconds, run_after); `delay` wins when both are given (S2)."""
+    """Return (delay in seconds, run_after); `delay` wins when both are given (S2).
+
+    Both are checked either way: a bad `run_after` is an error even beside a delay.
+    """
+    if run_after is not None:
+        if not isinstance(run_after, datetime):
+            raise exceptions.InvalidSchedule(
+                f"run_after must be a datetime, not {type(run_after).__name__}."
+            )
+        if run_after.tzinfo is None or run_after.utcoffset() is None:
+            raise exceptions.InvalidSchedule(
+                f"run_after must be timezone-aware; got the naive datetime {run_after!r}."
+            )
     if delay is not None:
         seconds = _duration_seconds(delay, "delay", exceptions.InvalidSchedule)
         if seconds < 0:
             raise exceptions.InvalidSchedule(f"delay must not be negative, not {delay!r}.")
         return seconds, None
-    if run_after is None:
-        return None, None
-    if not isinstance(run_after, datetime):
-        raise exceptions.InvalidSchedule(
-            f"run_after must be a datetime, not {type(run_after).__name__}."
-        )
-    if run_after.tzinfo is None or run_after.utcoffset() is None:
-        raise exceptions.InvalidSchedule(
-            f"run_after must be timezone-aware; got the naive datetime {run_after!r}."
-        )
     return None, run_after
 
 
@@ -418,6 +428,12 @@ def _check_json_value(value: Any, path: str, depth: int) -> None:
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise exceptions.InvalidPayload(f"{path} is {value!r}, which JSON cannot hold.")
+    elif isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) >= _INT_LIMIT:
+            raise exceptions.InvalidPayload(
+                f"{path} is an integer of more than {PAYLOAD_INT_MAX_DIGITS} digits; "
+                "store it as a string."
+            )
     elif isinstance(value, str):
         if "\x00" in value:
             raise exceptions.InvalidPayload(
