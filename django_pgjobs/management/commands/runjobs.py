@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 import time
@@ -130,6 +131,15 @@ class Command(BaseCommand):
             help="Seconds between sweeps from this worker, 0 for none (PGJOBS['SWEEP_INTERVAL']).",
         )
         parser.add_argument(
+            "--import",
+            action="append",
+            dest="imports",
+            default=[],
+            metavar="MODULE",
+            help="Import this module first, so that its @job kinds are known (repeatable). "
+            "Every installed app's jobs.py is imported anyway.",
+        )
+        parser.add_argument(
             "--no-status",
             action="store_true",
             help="No live status line (one is shown on a terminal).",
@@ -137,6 +147,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         _configure_logging(options["verbosity"])
+        for module in options["imports"]:
+            _import(module)
         queues = options["queues"] or default_queues()
         self._check_database(queues)
         status = None if options["no_status"] else StatusLine(sys.stderr)
@@ -179,6 +191,15 @@ class Command(BaseCommand):
                 f"Cannot reach the jobs database '{pgjobs_settings.DATABASE}': "
                 f"{str(error).strip().splitlines()[0]}. Check DATABASES and that PostgreSQL runs."
             ) from None
+
+
+def _import(module: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ImportError as error:
+        raise CommandError(
+            f"--import {module}: cannot import it ({error}). Is it on the Python path?"
+        ) from None
 
 
 def _configure_logging(verbosity: int) -> None:
