@@ -25,7 +25,7 @@ from django_pgjobs.handles import Failure, JobHandle
 from django_pgjobs.options import UNSET
 
 if TYPE_CHECKING:
-    from django_pgjobs.models import DeadJob, Job, JobStats  # noqa: F401
+    from django_pgjobs.models import ChaosExecution, DeadJob, Job, JobStats  # noqa: F401
 
 #: The enqueue options a job given to enqueue_many may carry.
 ENQUEUE_MANY_KEYS = frozenset(
@@ -792,6 +792,94 @@ class JobStatsManager(models.Manager["JobStats"]):
     def prune(self, limit: int, *, using: str | None = None) -> int:
         """Delete up to `limit` minutes older than a day."""
         return _rowcount(sql.PRUNE_STATS, {"limit": limit}, using)
+
+
+class ChaosExecutionManager(models.Manager["ChaosExecution"]):
+    """The ledger of a `manage.py chaosjobs` run: one row per execution of one of its jobs."""
+
+    def record_start(
+        self, handle: JobHandle, *, run_id: str, version: int, ghost: bool
+    ) -> ChaosExecution:
+        """Commit that `handle`'s job started (at the database's clock) and return the row."""
+        return self.using(handle.using).create(
+            run_id=run_id,
+            job_id=handle.id,
+            token=handle.token,
+            attempt=handle.attempt,
+            max_attempts=handle.max_attempts,
+            worker=handle.worker_id,
+            key=handle.key,
+            version=version,
+            ghost=ghost,
+            claimed_at=handle.claimed_at,
+        )
+
+    def record_outcome(self, execution: ChaosExecution, outcome: str, *, wrote: bool) -> None:
+        """Set how an execution ended; `wrote`: it committed its result (stamps the time)."""
+        from django_pgjobs.functions import ClockTimestamp
+
+        changes: dict[str, Any] = {"outcome": outcome}
+        if wrote:
+            changes["written_at"] = ClockTimestamp()
+        self.using(execution._state.db).filter(pk=execution.pk).update(**changes)
+
+    def of_run(self, run_id: str, *, using: str | None = None) -> list[ChaosExecution]:
+        return list(self.using(_alias(using)).filter(run_id=run_id).order_by("claimed_at", "id"))
+
+    def forget_run(self, run_id: str, queue: str, *, using: str | None = None) -> None:
+        """Delete what a run left: its ledger, its jobs (live and dead) and their stats."""
+        from django_pgjobs.models import DeadJob, Job, JobStats
+
+        alias = _alias(using)
+        with transaction.atomic(using=alias):
+            self.using(alias).filter(run_id=run_id).delete()
+            Job.objects.using(alias).filter(queue=queue).delete()
+            DeadJob.objects.using(alias).filter(queue=queue).delete()
+            JobStats.objects.using(alias).filter(queue=queue).delete()
+
+    def census(self, queue: str, *, using: str | None = None) -> dict[str, int]:
+        """How many jobs of `queue` are in each state, the dead ones under "dead"."""
+        from django_pgjobs.models import DeadJob, Job
+
+        alias = _alias(using)
+        counts = dict(
+            Job.objects.using(alias)
+            .filter(queue=queue)
+            .values_list("state")
+            .annotate(models.Count("id"))
+            .order_by()
+        )
+        counts["dead"] = DeadJob.objects.using(alias).filter(queue=queue).count()
+        return counts
+
+    def final_rows(self, queue: str, *, using: str | None = None) -> list[dict[str, Any]]:
+        """Every job of `queue`, live and dead: id, key, state, payload, result, reason."""
+        from django_pgjobs.models import DeadJob, Job
+
+        alias = _alias(using)
+        live = Job.objects.using(alias).filter(queue=queue)
+        dead = DeadJob.objects.using(alias).filter(queue=queue)
+        return [
+            *(dict(row) for row in live.values("id", "key", "state", "payload", "result")),
+            *(
+                {**row, "state": "dead"}
+                for row in dead.values("id", "key", "payload", "result", "reason")
+            ),
+        ]
+
+    def clock(self, *, using: str | None = None) -> datetime:
+        """The database's time now (S22): what a run stamps its faults with."""
+        [(now,)] = _fetchall(sql.DATABASE_CLOCK, {}, using)
+        return now  # type: ignore[no-any-return]
+
+    def terminate_connections(
+        self, application_name: str, *, limit: int, using: str | None = None
+    ) -> int:
+        """Drop up to `limit` server connections of `application_name`; return how many."""
+        [(count,)] = _fetchall(
+            sql.TERMINATE_BACKENDS, {"application_name": application_name, "limit": limit}, using
+        )
+        return int(count)
 
 
 #: Advisory lock key of the sweeper: "pgjobs" as a number, so other locks rarely clash.

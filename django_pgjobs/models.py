@@ -12,7 +12,13 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
-from django_pgjobs.managers import DeadJobManager, JobManager, JobStatsManager
+from django_pgjobs.functions import ClockTimestamp
+from django_pgjobs.managers import (
+    ChaosExecutionManager,
+    DeadJobManager,
+    JobManager,
+    JobStatsManager,
+)
 from django_pgjobs.options import KIND_MAX_LENGTH, QUEUE_NAME_MAX_LENGTH
 from django_pgjobs.states import LIVE_STATES, JobState
 
@@ -196,3 +202,38 @@ class JobStats(models.Model):
     def __str__(self) -> str:
         return f"{self.queue}@{self.minute:%H:%M}"
 
+
+class ChaosExecution(models.Model):
+    """One execution of a job of a `manage.py chaosjobs` run: its ledger, checked at the end.
+
+    Written by the chaos handlers (django_pgjobs.chaos) with the database's clock; empty
+    unless a chaos run is going on, and emptied by the run that wrote it.
+    """
+
+    run_id = models.CharField(max_length=40)
+    job_id = models.BigIntegerField()
+    token = models.UUIDField()
+    attempt = models.IntegerField()
+    max_attempts = models.IntegerField()
+    worker = models.TextField()
+    key = models.TextField(null=True, blank=True)
+    version = models.IntegerField()
+    ghost = models.BooleanField(
+        db_default=False, help_text="Enqueued in a rolled-back transaction."
+    )
+    claimed_at = models.DateTimeField()
+    started_at = models.DateTimeField(db_default=ClockTimestamp())
+    written_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, db_default="started")
+
+    objects: ClassVar[ChaosExecutionManager] = ChaosExecutionManager()
+
+    class Meta:
+        db_table = "pgjobs_chaos_execution"
+        indexes: ClassVar[list[models.Index]] = [
+            models.Index(fields=["run_id", "job_id"], name="pgjobs_chaos_run_job"),
+            models.Index(fields=["token"], name="pgjobs_chaos_token"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}:{self.job_id}#{self.attempt}"

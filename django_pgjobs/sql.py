@@ -840,6 +840,22 @@ SWEEP_LOCK = """
 SELECT pg_try_advisory_xact_lock(%(lock_id)s)
 """
 
+DATABASE_CLOCK = """
+-- The database's clock at this instant, not at the start of the transaction (S22).
+SELECT clock_timestamp()
+"""
+
+TERMINATE_BACKENDS = """
+-- Drop up to %(limit)s connections of one application at once (manage.py chaosjobs).
+SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+FROM (
+    SELECT pid FROM pg_stat_activity
+    WHERE application_name = %(application_name)s AND pid <> pg_backend_pid()
+    ORDER BY random()
+    LIMIT %(limit)s
+) AS chosen
+"""
+
 # Every statement above, by name: the manager's whole vocabulary.
 STATEMENTS = {
     name: value

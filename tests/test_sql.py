@@ -110,12 +110,20 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "RECORD_STATS": {"queues": ["default"], "succeeded": [1], "retried": [0], "dead": [0]},
     "THROUGHPUT": {"minutes": 5},
     "PRUNE_STATS": {"limit": 10},
+    "DATABASE_CLOCK": {},
+    "TERMINATE_BACKENDS": {"application_name": "pgjobs-test-nobody", "limit": 1},
 }
 # Statements formatted with identifiers (psycopg.sql) before they run.
 IDENTIFIERS = {"LISTEN_CHANNEL": {"channel": "pgjobs"}}
 
 
-TABLELESS = {"SWEEP_LOCK", "LISTEN_CHANNEL", "TUNE_WORKER_SESSION"}
+TABLELESS = {
+    "SWEEP_LOCK",
+    "LISTEN_CHANNEL",
+    "TUNE_WORKER_SESSION",
+    "DATABASE_CLOCK",
+    "TERMINATE_BACKENDS",
+}
 
 
 def test_every_statement_has_sample_parameters() -> None:

@@ -3,6 +3,8 @@
 import django.db.models.functions.datetime
 from django.db import migrations, models
 
+import django_pgjobs.functions
+
 
 class Migration(migrations.Migration):
     initial = True
@@ -10,6 +12,45 @@ class Migration(migrations.Migration):
     dependencies = []
 
     operations = [
+        migrations.CreateModel(
+            name="ChaosExecution",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("run_id", models.CharField(max_length=40)),
+                ("job_id", models.BigIntegerField()),
+                ("token", models.UUIDField()),
+                ("attempt", models.IntegerField()),
+                ("max_attempts", models.IntegerField()),
+                ("worker", models.TextField()),
+                ("key", models.TextField(blank=True, null=True)),
+                ("version", models.IntegerField()),
+                (
+                    "ghost",
+                    models.BooleanField(
+                        db_default=False, help_text="Enqueued in a rolled-back transaction."
+                    ),
+                ),
+                ("claimed_at", models.DateTimeField()),
+                (
+                    "started_at",
+                    models.DateTimeField(db_default=django_pgjobs.functions.ClockTimestamp()),
+                ),
+                ("written_at", models.DateTimeField(blank=True, null=True)),
+                ("outcome", models.CharField(db_default="started", max_length=16)),
+            ],
+            options={
+                "db_table": "pgjobs_chaos_execution",
+                "indexes": [
+                    models.Index(fields=["run_id", "job_id"], name="pgjobs_chaos_run_job"),
+                    models.Index(fields=["token"], name="pgjobs_chaos_token"),
+                ],
+            },
+        ),
         migrations.CreateModel(
             name="DeadJob",
             fields=[

@@ -1,0 +1,357 @@
+"""The invariants a chaos run must keep, judged from its evidence alone.
+
+Pure functions: no database, no clock. The evidence is what the run saw (the jobs it
+committed and rolled back, the faults it injected, stamped with the database's clock) and
+what the database holds at the end (the executions' ledger, the live and dead rows).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+#: How an execution ended, as its ledger row says.
+COMMITTED = "committed"  # its result and the job's ack committed together, fenced
+STARTED = "started"  # it never got further: its worker died, froze or lost its connection
+FENCED = "fenced"  # it finished after its claim had lapsed: the fence refused it
+RETRIED = "retried"  # a deliberately flaky first attempt
+FAILED = "failed"  # a deliberately doomed job
+
+#: Outcomes that end an execution on purpose: a run after them needs no fault to explain it.
+_DELIBERATE = frozenset({FENCED, RETRIED, FAILED})
+
+
+class Execution(Protocol):
+    """One execution, as the ledger records it (a ChaosExecution row)."""
+
+    job_id: int
+    token: Any
+    attempt: int
+    max_attempts: int
+    worker: str
+    key: str | None
+    version: int
+    ghost: bool
+    claimed_at: datetime
+    started_at: datetime
+    written_at: datetime | None
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One injected fault, stamped with the database's clock.
+
+    `began` is read before the fault is injected, `ended` once it has taken effect (for
+    a SIGSTOP, after the SIGCONT). `worker` is the worker it hit; None for a fault that
+    hits every worker (a database restart) or none (a rolled-back burst).
+    """
+
+    kind: str
+    worker: str | None
+    began: datetime
+    ended: datetime
+
+    def may_explain(self, execution: Execution, rerun: Execution | None) -> bool:
+        """Whether this fault can have cut `execution` short, before `rerun` was claimed."""
+        if self.kind == "ghost":
+            return False
+        if self.worker is not None and self.worker != execution.worker:
+            return False
+        return self.ended >= execution.started_at and (
+            rerun is None or self.began <= rerun.claimed_at
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FinalJob:
+    """A chaos job's row at the end of the run, live or dead."""
+
+    id: int
+    key: str | None
+    state: str  # pending, running, done, or dead
+    version: int | None = None  # the payload's trigger number
+    result: Any = None  # a done job's result
+    reason: str | None = None  # a dead job's reason
+
+
+@dataclass(slots=True)
+class Evidence:
+    """Everything a run knows when it is judged."""
+
+    executions: Sequence[Execution]
+    #: Jobs the run committed, by id: what each was given (a key, or None).
+    committed: dict[int, str | None]
+    #: The last trigger number the run committed for each key.
+    last_triggers: dict[str, int]
+    #: Ids returned inside transactions that rolled back.
+    ghosts: set[int]
+    faults: Sequence[Fault]
+    final: dict[int, FinalJob]
+    #: Ids whose enqueue's commit the run cannot vouch for (the connection broke in it).
+    uncertain: set[int] = field(default_factory=set)
+    #: Keys whose last trigger is among the uncertain ones.
+    uncertain_keys: set[str] = field(default_factory=set)
+    #: Workers that exited without being told to, with what they said last.
+    worker_exits: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One invariant: what it states and every violation found."""
+
+    name: str
+    statement: str
+    violations: tuple[str, ...]
+    checked: int
+
+    @property
+    def holds(self) -> bool:
+        return not self.violations
+
+
+def judge(evidence: Evidence) -> list[Verdict]:
+    """Every invariant, in the order the summary prints them."""
+    return [
+        _no_job_lost(evidence),
+        _no_ghost_ran(evidence),
+        _fencing(evidence),
+        _keys(evidence),
+        _duplicates_explained(evidence),
+        _attempts(evidence),
+        _workers_survived(evidence),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Reruns:
+    """Runs of a job's payload beyond its first, by what came before them."""
+
+    deliberate: int  # the run before failed on purpose (a flaky or doomed job)
+    cut_short: int  # the run before was cut short by a fault, or fenced out after one
+    unexplained: int
+
+    @property
+    def total(self) -> int:
+        return self.deliberate + self.cut_short + self.unexplained
+
+
+def count_reruns(evidence: Evidence) -> Reruns:
+    counts = {"deliberate": 0, "cut_short": 0, "unexplained": 0}
+    for runs in _by_payload(evidence.executions).values():
+        for earlier, later in itertools.pairwise(runs):
+            cause = _explanation(earlier, later, evidence.faults)
+            if cause is None:
+                counts["unexplained"] += 1
+            elif cause in (RETRIED, FAILED):
+                counts["deliberate"] += 1
+            else:
+                counts["cut_short"] += 1
+    return Reruns(**counts)
+
+
+def _no_job_lost(evidence: Evidence) -> Verdict:
+    violations = []
+    for job in evidence.final.values():
+        if job.state in ("pending", "running") and job.id not in evidence.ghosts:
+            violations.append(f"job {job.id} is still {job.state} after the drain")
+    for job_id in sorted(evidence.committed):
+        if job_id not in evidence.final:
+            violations.append(f"job {job_id} was committed but is neither done nor dead")
+    return Verdict(
+        "no job lost",
+        "every committed job is done or dead; none is stranded pending or running",
+        tuple(violations),
+        len(evidence.committed),
+    )
+
+
+def _no_ghost_ran(evidence: Evidence) -> Verdict:
+    violations = [
+        f"job {run.job_id} ran (attempt {run.attempt}, worker {run.worker}) though its "
+        "enqueue rolled back"
+        for run in evidence.executions
+        if run.ghost or run.job_id in evidence.ghosts
+    ]
+    violations += [
+        f"job {job_id} exists though its enqueue rolled back"
+        for job_id in sorted(evidence.ghosts)
+        if job_id in evidence.final and job_id not in evidence.committed
+    ]
+    return Verdict(
+        "no ghost ran",
+        "no job enqueued in a rolled-back transaction ever ran or exists",
+        tuple(violations),
+        len(evidence.ghosts),
+    )
+
+
+def _fencing(evidence: Evidence) -> Verdict:
+    violations = []
+    runs_of_job = _group(evidence.executions, lambda run: run.job_id)
+    for job_id, runs in runs_of_job.items():
+        for run in runs:
+            if run.outcome != COMMITTED:
+                continue
+            if run.written_at is None:
+                violations.append(f"job {job_id}: a committed run has no write time")
+                continue
+            for other in runs:
+                if other is not run and run.claimed_at < other.claimed_at < run.written_at:
+                    violations.append(
+                        f"job {job_id}: claim {run.token} (attempt {run.attempt}) committed at "
+                        f"{run.written_at:%H:%M:%S.%f} after claim {other.token} (attempt "
+                        f"{other.attempt}) began at {other.claimed_at:%H:%M:%S.%f}"
+                    )
+    for job in evidence.final.values():
+        if job.state != "done":
+            continue
+        token = job.result.get("token") if isinstance(job.result, dict) else None
+        committed = [run for run in runs_of_job.get(job.id, []) if run.outcome == COMMITTED]
+        if not committed:
+            violations.append(f"job {job.id} is done but no run of it committed")
+        elif str(committed[-1].token) != token:
+            violations.append(
+                f"job {job.id}: its result came from claim {token}, not from its last "
+                f"committed run ({committed[-1].token})"
+            )
+    return Verdict(
+        "fencing",
+        "no result committed by a claim after a newer claim of the same job began",
+        tuple(violations),
+        sum(run.outcome == COMMITTED for run in evidence.executions),
+    )
+
+
+def _keys(evidence: Evidence) -> Verdict:
+    violations = []
+    runs_of_key = _group(
+        (run for run in evidence.executions if run.key is not None), lambda run: run.key
+    )
+    for key, runs in runs_of_key.items():
+        for run in runs:
+            if run.outcome != COMMITTED or run.written_at is None:
+                continue
+            for other in runs:
+                if other is not run and run.claimed_at < other.claimed_at < run.written_at:
+                    violations.append(
+                        f"key {key}: job {other.job_id} (trigger {other.version}) started "
+                        f"while job {run.job_id} (trigger {run.version}) was running and "
+                        "then committed"
+                    )
+    for key, last in sorted(evidence.last_triggers.items()):
+        if key in evidence.uncertain_keys:
+            continue
+        runs = runs_of_key.get(key, [])
+        ran = any(run.version == last and run.outcome == COMMITTED for run in runs)
+        died = any(
+            job.key == key and job.state == "dead" and job.version == last
+            for job in evidence.final.values()
+        )
+        if not ran and not died:
+            violations.append(f"key {key}: its last trigger ({last}) never ran to the end")
+        newer = sorted({run.version for run in runs if run.version > last})
+        if newer:
+            violations.append(f"key {key}: triggers {newer} ran but were never committed")
+    return Verdict(
+        "keys",
+        "no two runs of one key overlapped; every key's last trigger ran",
+        tuple(violations),
+        len(evidence.last_triggers),
+    )
+
+
+def _duplicates_explained(evidence: Evidence) -> Verdict:
+    violations = []
+    for (job_id, version), runs in _by_payload(evidence.executions).items():
+        for earlier, later in itertools.pairwise(runs):
+            if earlier.outcome == COMMITTED:
+                violations.append(
+                    f"job {job_id} (trigger {version}) ran again (attempt {later.attempt}) "
+                    f"after attempt {earlier.attempt} had committed"
+                )
+            elif _explanation(earlier, later, evidence.faults) is None:
+                violations.append(
+                    f"job {job_id} (trigger {version}) ran again (attempt {later.attempt}); "
+                    f"attempt {earlier.attempt} on {earlier.worker} never finished and no "
+                    "fault hit that worker"
+                )
+    for job_id, runs in _group(evidence.executions, lambda run: run.job_id).items():
+        last = runs[-1]
+        if last.outcome == STARTED and not any(
+            fault.may_explain(last, None) for fault in evidence.faults
+        ):
+            violations.append(
+                f"job {job_id}: attempt {last.attempt} on {last.worker} never finished and "
+                "no fault hit that worker"
+            )
+    return Verdict(
+        "at-least-once within the lease",
+        "every run beyond the first follows a run that a fault or its own failure cut short",
+        tuple(violations),
+        len(evidence.executions),
+    )
+
+
+def _attempts(evidence: Evidence) -> Verdict:
+    violations = [
+        f"job {run.job_id} ran as attempt {run.attempt} of {run.max_attempts}"
+        for run in evidence.executions
+        if not 1 <= run.attempt <= run.max_attempts
+    ]
+    for (job_id, version), runs in _by_payload(evidence.executions).items():
+        attempts = [run.attempt for run in runs]
+        if any(b <= a for a, b in itertools.pairwise(attempts)):
+            violations.append(
+                f"job {job_id} (trigger {version}): attempts {attempts} do not increase "
+                "from claim to claim"
+            )
+    seen: dict[str, int] = {}
+    for run in evidence.executions:
+        token = str(run.token)
+        if token in seen:
+            violations.append(f"claim {token} ran twice (jobs {seen[token]} and {run.job_id})")
+        seen[token] = run.job_id
+    return Verdict(
+        "attempts",
+        "no job ran more times than its max attempts; every claim has its own token",
+        tuple(violations),
+        len(evidence.executions),
+    )
+
+
+def _workers_survived(evidence: Evidence) -> Verdict:
+    return Verdict(
+        "workers survive faults",
+        "no worker exited unless the run stopped or killed it",
+        tuple(evidence.worker_exits),
+        len(evidence.faults),
+    )
+
+
+def _explanation(earlier: Execution, later: Execution, faults: Iterable[Fault]) -> str | None:
+    """Why `earlier` was followed by another run of the same payload, if anything says."""
+    if earlier.outcome in _DELIBERATE:
+        return earlier.outcome
+    for fault in faults:
+        if fault.may_explain(earlier, later):
+            return fault.kind
+    return None
+
+
+def _by_payload(executions: Iterable[Execution]) -> dict[tuple[int, int], list[Execution]]:
+    """Runs grouped by (job, trigger number), in claim order."""
+    return _group(executions, lambda run: (run.job_id, run.version))
+
+
+def _group(executions: Iterable[Execution], by: Any) -> dict[Any, list[Execution]]:
+    groups: dict[Any, list[Execution]] = defaultdict(list)
+    for run in executions:
+        groups[by(run)].append(run)
+    for runs in groups.values():
+        runs.sort(key=lambda run: run.claimed_at)
+    return dict(groups)

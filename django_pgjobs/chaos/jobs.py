@@ -1,0 +1,75 @@
+"""The job kinds of a chaos run. Only the run's workers import this module.
+
+Every execution commits a ledger row (`ChaosExecution`) as it starts, at the database's
+clock, then writes its result inside `ctx.fenced()` together with the ledger's "committed"
+mark. Afterwards the run can tell which claims ran, which of them took effect, and when.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django_pgjobs.decorators import job
+from django_pgjobs.exceptions import Fail, LeaseLost, Retry
+from django_pgjobs.handles import JobHandle
+from django_pgjobs.models import ChaosExecution
+
+WORK_KIND = "pgjobs.chaos.work"
+KEYED_KIND = "pgjobs.chaos.keyed"
+#: Short retries, so that a run drains soon after its last fault.
+BACKOFF = (1, 2)
+#: How soon a deliberately flaky job asks to run again.
+FLAKY_RETRY_DELAY = 0.5
+
+
+@job(name=WORK_KIND, backoff=BACKOFF)
+def work(
+    ctx: JobHandle,
+    run: str,
+    v: int = 0,
+    sleep: float = 0.0,
+    flaky: bool = False,
+    doomed: bool = False,
+    ghost: bool = False,
+) -> dict[str, Any]:
+    """A job of no key: fails its first attempt when `flaky`, every attempt when `doomed`."""
+    return _execute(ctx, run=run, version=v, sleep=sleep, flaky=flaky, doomed=doomed, ghost=ghost)
+
+
+@job(name=KEYED_KIND, backoff=BACKOFF)
+def keyed(
+    ctx: JobHandle, run: str, v: int, sleep: float = 0.0, ghost: bool = False
+) -> dict[str, Any]:
+    """A keyed job, re-triggered while it runs: `v` is the trigger's number."""
+    return _execute(ctx, run=run, version=v, sleep=sleep, ghost=ghost)
+
+
+def _execute(
+    ctx: JobHandle,
+    *,
+    run: str,
+    version: int,
+    sleep: float,
+    flaky: bool = False,
+    doomed: bool = False,
+    ghost: bool = False,
+) -> dict[str, Any]:
+    ledger = ChaosExecution.objects
+    execution = ledger.record_start(ctx, run_id=run, version=version, ghost=ghost)
+    time.sleep(sleep)
+    if doomed:
+        ledger.record_outcome(execution, "failed", wrote=False)
+        raise Fail("chaos: a doomed job")
+    if flaky and ctx.attempt == 1:
+        ledger.record_outcome(execution, "retried", wrote=False)
+        raise Retry("chaos: a flaky first attempt", delay=FLAKY_RETRY_DELAY)
+    result = {"token": str(ctx.token), "v": version}
+    try:
+        with ctx.fenced():
+            ledger.record_outcome(execution, "committed", wrote=True)
+            ctx.ack(result)
+    except LeaseLost:
+        ledger.record_outcome(execution, "fenced", wrote=False)
+        raise
+    return result

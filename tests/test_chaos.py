@@ -1,0 +1,273 @@
+"""`manage.py chaosjobs`: the invariants catch what they claim to, and a real run under
+faults (kill -9, SIGSTOP past the lease, dropped connections, rolled-back enqueues) keeps
+every one of them."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from django_pgjobs.chaos import invariants
+from django_pgjobs.chaos.invariants import Evidence, Fault, FinalJob, judge
+from django_pgjobs.chaos.run import ChaosConfig
+from tests.helpers import count
+from tests.processes import ROOT, database_url_for_workers
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+@dataclass
+class Run:
+    """An execution as the ledger records it."""
+
+    job_id: int
+    attempt: int = 1
+    claimed: float = 0.0
+    written: float | None = 1.0
+    outcome: str = "committed"
+    worker: str = "w1"
+    key: str | None = None
+    version: int = 0
+    max_attempts: int = 5
+    ghost: bool = False
+    token: Any = field(default_factory=uuid.uuid4)
+
+    @property
+    def claimed_at(self) -> datetime:
+        return at(self.claimed)
+
+    @property
+    def started_at(self) -> datetime:
+        return at(self.claimed + 0.001)
+
+    @property
+    def written_at(self) -> datetime | None:
+        return None if self.written is None else at(self.written)
+
+
+def done(run: Run) -> FinalJob:
+    return FinalJob(
+        id=run.job_id,
+        key=run.key,
+        state="done",
+        version=run.version,
+        result={"token": str(run.token), "v": run.version},
+    )
+
+
+def evidence(*runs: Run, **changes: Any) -> Evidence:
+    """A consistent ledger of `runs`: every job committed, and done by its last commit."""
+    final: dict[int, FinalJob] = {}
+    for run in sorted(runs, key=lambda r: r.claimed):
+        if run.outcome == "committed":
+            final[run.job_id] = done(run)
+    base = Evidence(
+        executions=list(runs),
+        committed={run.job_id: run.key for run in runs},
+        last_triggers={},
+        ghosts=set(),
+        faults=[],
+        final=final,
+    )
+    return replace(base, **changes)
+
+
+def broken(found: Evidence) -> dict[str, tuple[str, ...]]:
+    return {verdict.name: verdict.violations for verdict in judge(found) if not verdict.holds}
+
+
+def kill(worker: str, seconds: float) -> Fault:
+    return Fault("kill", worker, at(seconds), at(seconds + 0.01))
+
+
+class TestInvariants:
+    def test_a_clean_ledger_keeps_every_invariant(self) -> None:
+        first = Run(1, outcome="started", claimed=0, written=None)
+        second = Run(1, attempt=2, claimed=5, written=6, worker="w2")
+        found = evidence(first, second, Run(2), faults=[kill("w1", 1)])
+        assert broken(found) == {}
+        assert invariants.count_reruns(found) == invariants.Reruns(0, 1, 0)
+
+    def test_a_committed_job_that_vanished_or_is_stranded_is_lost(self) -> None:
+        found = evidence(Run(1), Run(2))
+        del found.final[2]
+        found.final[3] = FinalJob(3, None, "running")
+        found.committed[3] = None
+        violations = broken(found)["no job lost"]
+        assert any("job 2 was committed" in v for v in violations)
+        assert any("job 3 is still running" in v for v in violations)
+
+    def test_a_ghost_that_ran_or_exists_is_caught(self) -> None:
+        found = evidence(Run(1), Run(9, ghost=True))
+        found.ghosts = {7}
+        found.final[7] = FinalJob(7, None, "pending")
+        del found.committed[9]
+        assert len(broken(found)["no ghost ran"]) == 2
+
+    def test_a_stale_claim_committing_after_a_newer_claim_began_breaks_fencing(self) -> None:
+        stale = Run(1, claimed=0, written=9, worker="w1")
+        newer = Run(1, attempt=2, claimed=5, written=6, worker="w2")
+        found = evidence(stale, newer, faults=[Fault("stop", "w1", at(1), at(8))])
+        found.final[1] = done(newer)
+        assert "fencing" in broken(found)
+
+    def test_a_result_from_other_than_the_last_committed_claim_breaks_fencing(self) -> None:
+        found = evidence(Run(1))
+        found.final[1] = replace(found.final[1], result={"token": str(uuid.uuid4())})
+        assert any("result came from" in v for v in broken(found)["fencing"])
+
+    def test_overlapping_runs_of_a_key_and_a_lost_last_trigger_are_caught(self) -> None:
+        one = Run(1, key="k", version=1, claimed=0, written=4)
+        other = Run(2, key="k", version=2, claimed=2, written=5, worker="w2")
+        found = evidence(one, other, last_triggers={"k": 3})
+        violations = broken(found)["keys"]
+        assert any("started while job 1" in v for v in violations)
+        assert any("last trigger (3) never ran" in v for v in violations)
+
+    def test_a_last_trigger_that_died_after_its_attempts_is_not_lost(self) -> None:
+        runs = [
+            Run(1, key="k", version=2, attempt=n, claimed=n * 10, written=None, outcome="started")
+            for n in (1, 2)
+        ]
+        faults = [kill("w1", 11), kill("w1", 21)]
+        found = evidence(*runs, last_triggers={"k": 2}, faults=faults)
+        found.final[1] = FinalJob(1, "k", "dead", version=2, reason="max attempts exceeded")
+        assert broken(found) == {}
+
+    def test_a_rerun_after_a_committed_run_is_an_unexplained_duplicate(self) -> None:
+        first = Run(1, claimed=0, written=1)
+        again = Run(1, attempt=2, claimed=5, written=6)
+        assert "at-least-once within the lease" in broken(evidence(first, again))
+
+    def test_a_rerun_needs_a_fault_on_the_first_runs_worker_while_it_ran(self) -> None:
+        first = Run(1, claimed=0, written=None, outcome="started", worker="w1")
+        again = Run(1, attempt=2, claimed=5, written=6, worker="w2")
+        for faults in ([], [kill("w2", 1)], [kill("w1", -5)], [kill("w1", 6)]):
+            found = evidence(first, again, faults=faults)
+            assert "at-least-once within the lease" in broken(found), faults
+        assert broken(evidence(first, again, faults=[kill("w1", 1)])) == {}
+        restart = Fault("restart", None, at(1), at(3))
+        assert broken(evidence(first, again, faults=[restart])) == {}
+
+    def test_deliberate_failures_and_fenced_runs_explain_a_rerun(self) -> None:
+        for outcome, reruns in [
+            ("retried", invariants.Reruns(1, 0, 0)),
+            ("failed", invariants.Reruns(1, 0, 0)),
+            ("fenced", invariants.Reruns(0, 1, 0)),
+        ]:
+            first = Run(1, claimed=0, written=None, outcome=outcome)
+            again = Run(1, attempt=2, claimed=5, written=6)
+            found = evidence(first, again)
+            assert broken(found) == {}, outcome
+            assert invariants.count_reruns(found) == reruns
+
+    def test_a_run_that_never_finished_needs_a_fault(self) -> None:
+        lone = Run(1, written=None, outcome="started")
+        found = evidence(lone)
+        found.final[1] = FinalJob(1, None, "dead", reason="max attempts exceeded")
+        assert "at-least-once within the lease" in broken(found)
+        found.faults = [kill("w1", 0.5)]
+        assert broken(found) == {}
+
+    def test_attempts_past_the_limit_repeated_or_shared_tokens_are_caught(self) -> None:
+        token = uuid.uuid4()
+        runs = [
+            Run(1, attempt=7, max_attempts=5, claimed=0, written=None, outcome="retried"),
+            Run(1, attempt=7, max_attempts=5, claimed=2, written=3),
+            Run(2, token=token),
+            Run(3, token=token),
+        ]
+        violations = broken(evidence(*runs))["attempts"]
+        assert any("attempt 7 of 5" in v for v in violations)
+        assert any("do not increase" in v for v in violations)
+        assert any("ran twice" in v for v in violations)
+
+    def test_a_worker_that_exited_by_itself_fails_the_run(self) -> None:
+        found = evidence(Run(1), worker_exits=["w1 exited by itself with status 1"])
+        assert broken(found) == {"workers survive faults": ("w1 exited by itself with status 1",)}
+
+
+class TestConfig:
+    @pytest.mark.parametrize(
+        ("changes", "message"),
+        [
+            ({"faults": ("kill", "meteor")}, "unknown faults meteor"),
+            ({"faults": ("restart",)}, "--allow-db-restart"),
+            ({"workers": 0}, "at least one worker"),
+            ({"duration": 0}, "more than 0"),
+            ({"lease": 0}, "at least 1"),
+        ],
+    )
+    def test_bad_settings_are_refused_with_the_reason(
+        self, changes: dict[str, Any], message: str
+    ) -> None:
+        with pytest.raises(ValueError, match=message):
+            ChaosConfig(**changes)
+
+
+def chaosjobs(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": database_url_for_workers(),
+        "PYTHONPATH": str(ROOT),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "django", "chaosjobs", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_short_chaos_run_injects_every_fault_and_keeps_every_invariant() -> None:
+    result = chaosjobs(
+        "--duration=12",
+        "--workers=2",
+        "--jobs=60",
+        "--rate=10",
+        "--lease=3",
+        "--fault-every=0.6",
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    for name in ("no job lost", "no ghost ran", "fencing", "keys", "attempts"):
+        assert re.search(rf"ok\s+{name}:", output), output
+    faults = dict(
+        re.findall(r"(kill|stop|terminate|ghost) (\d+)", output.split("faults injected")[1])
+    )
+    assert set(faults) == {"kill", "stop", "terminate", "ghost"}, output
+    executions = int(re.search(r"executions\s+(\d+)", output).group(1))
+    assert executions >= 60
+    # It leaves nothing behind: no jobs, no ledger, no logs.
+    assert count() == 0 and count("pgjobs_dead") == 0
+    assert count("pgjobs_chaos_execution") == 0
+    run_id = re.search(r"chaos run (\w+)", output).group(1)
+    assert not list(Path(tempfile.gettempdir()).glob(f"pgjobs-chaos-{run_id}-*"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_chaosjobs_refuses_bad_arguments_with_what_to_do() -> None:
+    result = chaosjobs("--faults=restart", "--duration=1")
+    assert result.returncode == 1
+    assert "--allow-db-restart" in result.stderr
+    result = chaosjobs("--workers=0")
+    assert result.returncode != 0 and "at least 1" in result.stderr
