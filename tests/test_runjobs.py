@@ -161,6 +161,21 @@ def test_s21_a_crash_in_transaction_mode_commits_nothing_and_still_dead_letters(
     assert count("tests_note") == 0
 
 
+def test_import_makes_a_modules_kinds_known_to_the_worker(workers: Workers) -> None:
+    job_id = Job.objects.enqueue("tests.imported", {"text": "hello"}).id
+    without = workers.start("--burst")
+    assert without.wait(60) == 0, without.output()
+    assert row(job_id, "last_error") == ("unknown job kind 'tests.imported'",)
+    execute("UPDATE pgjobs_job SET run_after = now() WHERE id = %s", [job_id])
+    with_import = workers.start("--burst", "--import", "tests.imported_jobs")
+    assert with_import.wait(60) == 0, with_import.output()
+    assert row(job_id) is None
+    assert execute("SELECT text FROM tests_note WHERE job_id = %s", [job_id]) == [("hello",)]
+    missing = workers.start("--import", "tests.no_such_module")
+    assert missing.wait(30) == 1
+    assert "--import tests.no_such_module: cannot import it" in missing.output()
+
+
 def test_bad_arguments_and_unusable_configuration_exit_non_zero(workers: Workers) -> None:
     bad_concurrency = workers.start("--concurrency", "0")
     assert bad_concurrency.wait(30) == 2
