@@ -1,7 +1,7 @@
 """django_pgjobs: a durable job queue in your own PostgreSQL database.
 
-Importing this package touches neither settings nor models; `job`, `Retry`, `Fail` and
-`LeaseLost` are resolved on first use, so the package can sit in INSTALLED_APPS.
+Importing this package touches neither settings nor models; `job`, `Cron`, `Retry`,
+`Fail` and `LeaseLost` are resolved on first use, so the package can sit in INSTALLED_APPS.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the names below are imported lazily at run time
     from django_pgjobs.decorators import job
     from django_pgjobs.exceptions import Fail, LeaseLost, Retry
+    from django_pgjobs.schedules import Cron
 
 try:
     __version__ = metadata.version("django-pgjobs")
 except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
-__all__ = ["Fail", "LeaseLost", "Retry", "__version__", "job"]
+__all__ = ["Cron", "Fail", "LeaseLost", "Retry", "__version__", "job"]
 
 
 def __getattr__(name: str) -> Any:
@@ -26,6 +27,10 @@ def __getattr__(name: str) -> Any:
         from django_pgjobs import exceptions
 
         return getattr(exceptions, name)
+    if name == "Cron":
+        from django_pgjobs.schedules import Cron
+
+        return Cron
     if name == "job":
         from django_pgjobs.decorators import job
 

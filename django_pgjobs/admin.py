@@ -1,8 +1,9 @@
-"""The operators' view: jobs and dead letters, with counts at a glance and safe actions.
+"""The operators' view: jobs and dead letters with counts at a glance, queues (pause,
+resume, limit) and schedules (enable, disable, run now), all with safe actions.
 
-Nothing here runs queue SQL: actions call `Job.objects` / `DeadJob.objects`. Jobs are
-never added or edited by hand; viewers see everything, actions need the model's change
-(or delete) permission, and every action says what it did.
+Nothing here runs queue SQL: actions call the models' managers. Jobs are never added or
+edited by hand; viewers see everything, actions need the model's change (or delete)
+permission, and every action says what it did.
 """
 
 from __future__ import annotations
@@ -14,8 +15,17 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.paginator import Paginator
-from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
-from django.db.models.functions import Now
+from django.db.models import Count as DbCount
+from django.db.models import (
+    DurationField,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+)
+from django.db.models.functions import Coalesce, Now
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.functional import cached_property
@@ -24,7 +34,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
 from django_pgjobs import registry
-from django_pgjobs.models import DeadJob, Job
+from django_pgjobs.models import DeadJob, Job, QueueControl, Schedule
 from django_pgjobs.states import JobState
 
 
@@ -186,7 +196,7 @@ class ReadOnlyJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        context = {"glance": Job.objects.overview(), "chart": throughput_chart()}
+        context = {"glance": QueueControl.objects.status(), "chart": throughput_chart()}
         return super().changelist_view(request, {**(extra_context or {}), **context})
 
 
@@ -325,6 +335,159 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
         if result.merged:
             message += f", {result.merged} merged into a live job"
         self.message_user(request, message + ".", messages.SUCCESS)
+
+
+@admin.register(QueueControl)
+class QueueControlAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Every queue with jobs, paused or limited: pause, resume, and its running limit."""
+
+    list_display = ("name", "paused", "running_of_limit", "limit_from_settings", "paused_at")
+    list_filter = ("paused",)
+    actions = ("pause", "resume")
+    fields = ("name", "paused", "max_running", "limit_from_settings", "paused_at", "updated_at")
+    change_list_template = "admin/django_pgjobs/change_list.html"
+    search_fields = ("name",)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        readonly = ["limit_from_settings", "paused_at", "updated_at"]
+        if obj is not None:
+            readonly.append("name")
+            if obj.limit_from_settings:
+                readonly.append("max_running")
+        return readonly
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a row without pause or limit is a queue left alone: nothing to delete
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # List every queue that has jobs or dead letters, not only the controlled ones.
+        QueueControl.objects.ensure(
+            set(Job.objects.queue_names()) | set(Job.objects.queue_names(dead=True))
+        )
+        context = {"glance": QueueControl.objects.status(), "chart": throughput_chart()}
+        return super().changelist_view(request, {**(extra_context or {}), **context})
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[QueueControl]:
+        running = (
+            Job.objects.filter(queue=OuterRef("name"), state=JobState.RUNNING)
+            .order_by()
+            .values("queue")
+            .annotate(count=DbCount("id"))
+            .values("count")
+        )
+        queryset: QuerySet[QueueControl] = super().get_queryset(request)
+        return queryset.annotate(running=Coalesce(Subquery(running), 0))
+
+    @admin.display(description="running (of limit)")
+    def running_of_limit(self, obj: QueueControl) -> str:
+        running = getattr(obj, "running", 0)
+        return f"{running} of {obj.max_running}" if obj.max_running else str(running)
+
+    def save_model(self, request: HttpRequest, obj: QueueControl, form: Any, change: bool) -> None:
+        # Through the manager, so that a resume or a new limit wakes the workers.
+        if not change:
+            QueueControl.objects.ensure([obj.name])
+        if "paused" in form.changed_data or not change:
+            if obj.paused:
+                QueueControl.objects.pause(obj.name)
+            else:
+                QueueControl.objects.resume(obj.name)
+        if "max_running" in form.changed_data and not obj.limit_from_settings:
+            QueueControl.objects.set_limit(obj.name, obj.max_running)
+        obj.refresh_from_db()
+
+    @admin.action(description="Pause (no worker claims their jobs)", permissions=["change"])
+    def pause(self, request: HttpRequest, queryset: QuerySet[QueueControl]) -> None:
+        paused = QueueControl.objects.pause(list(queryset.values_list("name", flat=True)))
+        self.message_user(request, f"Paused: {', '.join(paused)}.", messages.SUCCESS)
+
+    @admin.action(description="Resume (and wake the workers)", permissions=["change"])
+    def resume(self, request: HttpRequest, queryset: QuerySet[QueueControl]) -> None:
+        resumed = QueueControl.objects.resume(list(queryset.values_list("name", flat=True)))
+        text = f"Resumed: {', '.join(resumed)}." if resumed else "None of them was paused."
+        self.message_user(request, text, messages.SUCCESS)
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Periodic jobs as declared in code and settings: when they run next, how the last
+    run went; enable, disable, or run one now."""
+
+    list_display = (
+        "name",
+        "kind",
+        "cron",
+        "timezone",
+        "enabled",
+        "next_run",
+        "last_run",
+        "last_job",
+        "runs",
+        "declared",
+    )
+    list_filter = ("enabled", "declared")
+    search_fields = ("name", "kind")
+    actions = ("enable", "disable", "run_now")
+    ordering = ("name",)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # declared in code (@job(schedule=...)) or PGJOBS["SCHEDULES"]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a schedule no longer declared is disabled and kept, with its history
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None:
+            return False  # read-only page; the actions change it
+        return super().has_change_permission(request)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [field.name for field in Schedule._meta.fields]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
+        delta = ExpressionWrapper(F("next_run_at") - Now(), output_field=DurationField())
+        last = ExpressionWrapper(F("last_run_at") - Now(), output_field=DurationField())
+        queryset: QuerySet[Schedule] = super().get_queryset(request)
+        return queryset.annotate(next_in=delta, last_in=last)
+
+    @admin.display(description="next run", ordering="next_run_at")
+    def next_run(self, obj: Schedule) -> str:
+        return ago(getattr(obj, "next_in", None)) if obj.enabled else "disabled"
+
+    @admin.display(description="last run", ordering="last_run_at")
+    def last_run(self, obj: Schedule) -> str:
+        return ago(getattr(obj, "last_in", None))
+
+    @admin.display(description="last job")
+    def last_job(self, obj: Schedule) -> str:
+        if obj.last_job_id is None:
+            return "-"
+        record = Job.objects.get_job(obj.last_job_id)
+        if record is None:
+            return f"#{obj.last_job_id} (finished)"
+        return f"#{obj.last_job_id} ({'dead' if record.is_dead else record.state})"
+
+    @admin.action(description="Enable (from the next tick on)", permissions=["change"])
+    def enable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        count = Schedule.objects.enable(list(queryset.values_list("name", flat=True)))
+        self.message_user(request, f"{count} enabled.", messages.SUCCESS)
+
+    @admin.action(description="Disable", permissions=["change"])
+    def disable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        count = Schedule.objects.disable(list(queryset.values_list("name", flat=True)))
+        self.message_user(request, f"{count} disabled.", messages.SUCCESS)
+
+    @admin.action(description="Run now (one job each; the next tick stays)", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        job_ids = Schedule.objects.run_now(list(queryset.values_list("name", flat=True)))
+        self.message_user(
+            request,
+            f"{len(job_ids)} {_jobs(len(job_ids))} enqueued: "
+            + ", ".join(f"#{job_id}" for job_id in job_ids),
+            messages.SUCCESS,
+        )
 
 
 def throughput_chart(minutes: int = 60) -> SafeString:

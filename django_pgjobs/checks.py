@@ -1,4 +1,5 @@
-"""System checks: the database must be PostgreSQL and the PGJOBS settings valid."""
+"""System checks: the database must be PostgreSQL, the PGJOBS settings and the declared
+schedules valid, and no other app's command may hide ours."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def check_commands(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     commands = get_commands()
     hidden = [
         f"{name} (from {commands[name]})"
-        for name in ("runjobs", "sweepjobs")
+        for name in ("runjobs", "sweepjobs", "jobsctl", "chaosjobs")
         if commands.get(name) not in (None, "django_pgjobs")
     ]
     if not hidden:
@@ -72,3 +73,22 @@ def check_commands(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             id="pgjobs.W001",
         )
     ]
+
+
+@checks.register(checks.Tags.compatibility)
+def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """pgjobs.E003: every declared schedule is valid (and croniter is installed)."""
+    from django_pgjobs.exceptions import InvalidCron
+    from django_pgjobs.schedules import declared_schedules
+
+    try:
+        declared_schedules()
+    except (InvalidCron, ImproperlyConfigured) as error:
+        return [
+            checks.Error(
+                str(error),
+                hint="See the Schedules section of django_pgjobs' README.",
+                id="pgjobs.E003",
+            )
+        ]
+    return []

@@ -56,8 +56,14 @@ class Settings:
     NOTIFY: bool = True
     #: The LISTEN/NOTIFY channel.
     CHANNEL: str = "pgjobs"
-    #: Per-queue overrides: {"emails": {"LEASE": 120, "MAX_ATTEMPTS": 3}, ...}.
+    #: Per-queue overrides: {"emails": {"LEASE": 120, "MAX_ATTEMPTS": 3}, ...}, and a
+    #: queue's limit on its running jobs across every worker: {"MAX_RUNNING": 5}.
     QUEUES: dict[str, dict[str, Any]] = {}
+    #: Periodic jobs: {"nightly": {"kind": "reports.nightly", "cron": "0 3 * * *",
+    #: "timezone": "UTC", "payload": {}, "on_missed": "skip", ...enqueue options}}.
+    SCHEDULES: dict[str, dict[str, Any]] = {}
+    #: Run the schedules in every worker (each tick still enqueues one job in all).
+    SCHEDULER: bool = True
 
     # Queue options (overridable per queue)
     #: Priority of a job whose enqueue and decorator give none (-100..100, higher first).
@@ -131,6 +137,15 @@ class Settings:
             _resolved_queues[queue] = options
         return options
 
+    def queue_limits(self) -> dict[str, int]:
+        """The queues whose settings limit their running jobs (MAX_RUNNING), by name."""
+        limits = {}
+        for queue, overrides in self.QUEUES.items():
+            limit = overrides.get("MAX_RUNNING") if isinstance(overrides, dict) else None
+            if limit is not None:
+                limits[queue] = limit
+        return limits
+
     def default_options(self) -> QueueOptions:
         """Return the options of a queue that has no entry in `QUEUES`."""
         return self._resolve_options({}, "PGJOBS['QUEUES']")
@@ -196,7 +211,7 @@ class Settings:
         for name in ("DATABASE", "DEFAULT_QUEUE", "CHANNEL"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be a non-empty string.")
-        for name in ("NOTIFY", "PREPARE", "ASYNC_BOOKKEEPING"):
+        for name in ("NOTIFY", "PREPARE", "ASYNC_BOOKKEEPING", "SCHEDULER"):
             if not isinstance(getattr(self, name), bool):
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be True or False.")
         for name in ("MAX_PAYLOAD_BYTES", "ERRORS_KEPT", "SWEEP_BATCH", "CONCURRENCY"):
@@ -215,11 +230,17 @@ class Settings:
         for queue, overrides in queues.items():
             if not isinstance(overrides, dict):
                 raise ImproperlyConfigured(f"PGJOBS['QUEUES'][{queue!r}] must be a dict.")
-            bad = sorted(set(overrides) - set(QUEUE_OPTION_KEYS))
+            bad = sorted(set(overrides) - {*QUEUE_OPTION_KEYS, "MAX_RUNNING"})
             if bad:
                 raise ImproperlyConfigured(
                     f"PGJOBS['QUEUES'][{queue!r}] has unknown keys {bad}; "
-                    f"a queue may set {list(QUEUE_OPTION_KEYS)}."
+                    f"a queue may set {[*QUEUE_OPTION_KEYS, 'MAX_RUNNING']}."
+                )
+            limit = overrides.get("MAX_RUNNING")
+            if limit is not None and (not _is_int(limit) or not 1 <= limit <= 2**31 - 1):
+                raise ImproperlyConfigured(
+                    f"PGJOBS['QUEUES'][{queue!r}]['MAX_RUNNING'] must be a whole number "
+                    ">= 1, or None for no limit."
                 )
             self.queue_options(queue)
         self.queue_options(self.DEFAULT_QUEUE)

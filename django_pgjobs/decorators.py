@@ -20,9 +20,11 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from django_pgjobs import options
+from django_pgjobs.exceptions import InvalidCron
 from django_pgjobs.options import UNSET
 from django_pgjobs.registry import JobDefinition, register
 from django_pgjobs.retry import Backoff
+from django_pgjobs.schedules import Cron
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -127,6 +129,7 @@ def job(
     on_conflict: str | None = None,
     atomic: bool = False,
     takes_context: bool | None = None,
+    schedule: str | Cron | None = None,
 ) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
 
 
@@ -146,6 +149,7 @@ def job(
     on_conflict: str | None = None,
     atomic: bool = False,
     takes_context: bool | None = None,
+    schedule: str | Cron | None = None,
 ) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
     """Register a function as a job kind.
 
@@ -160,9 +164,13 @@ def job(
             holds the job row and deletes it on success.
         takes_context: pass the claim as the first argument; default: when the first
             parameter is named `ctx` or `context`.
+        schedule: also run it periodically: a cron expression ("*/5 * * * *"), or a
+            `Cron(...)` for a timezone, a payload and options. The schedule is named
+            after the kind.
 
     Raises:
-        InvalidJobOption: a default is invalid (checked at decoration, not at enqueue).
+        InvalidJobOption: a default or the schedule is invalid (checked at decoration,
+            not at enqueue).
         ValueError: the kind is already registered to another function.
     """
 
@@ -183,6 +191,10 @@ def job(
         )
         if on_conflict is not None:
             options.validate_conflict_mode(on_conflict)
+        if schedule is not None and not isinstance(schedule, str | Cron):
+            raise InvalidCron(
+                f"schedule must be a cron expression or a Cron(...), not {schedule!r}."
+            )
         definition = JobDefinition(
             kind=kind,
             func=function,
@@ -192,6 +204,7 @@ def job(
             on_conflict=on_conflict,
             atomic=atomic,
             takes_context=_takes_context(function) if takes_context is None else takes_context,
+            schedule=Cron(schedule) if isinstance(schedule, str) else schedule,
         )
         register(definition)
         return JobFunction[P, R](definition)

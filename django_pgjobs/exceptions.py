@@ -38,6 +38,11 @@ class InvalidSchedule(InvalidJobOption):
     """The run_after or delay is not valid."""
 
 
+class InvalidCron(InvalidJobOption):
+    """A periodic schedule (its cron expression, timezone, on_missed, backfill limit or
+    job options) is not valid."""
+
+
 class InvalidExpiry(InvalidJobOption):
     """The expiry is not a positive duration."""
 

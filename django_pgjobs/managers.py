@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psycopg
 from django.db import connections, models, transaction
+from django.db.models.functions import Now
 
 from django_pgjobs import options, registry, sql
 from django_pgjobs.conf import pgjobs_settings
@@ -25,7 +26,14 @@ from django_pgjobs.handles import Failure, JobHandle
 from django_pgjobs.options import UNSET
 
 if TYPE_CHECKING:
-    from django_pgjobs.models import ChaosExecution, DeadJob, Job, JobStats  # noqa: F401
+    from django_pgjobs.models import (  # noqa: F401
+        ChaosExecution,
+        DeadJob,
+        Job,
+        JobStats,
+        QueueControl,
+        Schedule,
+    )
 
 #: The enqueue options a job given to enqueue_many may carry.
 ENQUEUE_MANY_KEYS = frozenset(
@@ -322,45 +330,52 @@ class JobManager(models.Manager["Job"]):
         if n <= 0:
             return []
         alias = _alias(using)
-        handles, lapsed_waiting = self._claim(names, n, worker_id, alias)
+        limited = sorted(_limited_queues(alias).intersection(names))
+        handles, lapsed_waiting = self._claim(names, limited, n, worker_id, alias)
         if lapsed_waiting:
             # Rare: a claim lapsed in these queues (its worker died). Put it back in line
             # (or bury it), then fill what this claim has left.
             self.rescue_lapsed(names, pgjobs_settings.SWEEP_BATCH, using=alias)
             if len(handles) < n:
-                handles += self._claim(names, n - len(handles), worker_id, alias)[0]
+                handles += self._claim(names, limited, n - len(handles), worker_id, alias)[0]
         handles.sort(key=lambda handle: (-handle.priority, handle.run_after, handle.id))
         return handles
 
     def _claim(
-        self, queues: list[str], n: int, worker_id: str, alias: str
+        self, queues: list[str], limited: list[str], n: int, worker_id: str, alias: str
     ) -> tuple[list[JobHandle], bool]:
-        params = {"queues": queues, "worker_id": worker_id, **_bookkeeping(alias)}
-        rows = _fetchall(sql.claim_jobs(n), params, alias)
-        handles = [
-            JobHandle(
-                id=row[1],
-                queue=row[2],
-                kind=row[3],
-                key=row[4],
-                priority=row[5],
-                run_after=row[6],
-                attempt=row[7],
-                max_attempts=row[8],
-                lease_s=row[9],
-                token=row[10],
-                claimed_at=row[11],
-                claimed_until=row[12],
-                worker_id=row[13],
-                expires_at=row[14],
-                created_at=row[15],
-                payload=_decode(row[16]),
-                using=alias,
-            )
-            for row in rows
-            if row[1] is not None
-        ]
-        return handles, bool(rows and rows[0][0])
+        """Claim from the limited queues first (a statement of their own), then the rest.
+
+        The fast statement skips paused and limited queues by itself, whatever `limited`
+        (a cache) says, so a stale cache can delay a limited queue's claims a moment but
+        never exceed its limit.
+        """
+        handles: list[JobHandle] = []
+        lapsed_waiting = False
+        locked: set[str] = set()
+        if limited:
+            with transaction.atomic(using=alias):
+                rows = _fetchall(sql.LOCK_LIMITED_QUEUES, {"queues": limited}, alias)
+                locked = {row[0] for row in rows}
+                if locked:
+                    params = {
+                        "queues": sorted(locked),
+                        "limit": n,
+                        "worker_id": worker_id,
+                        "synchronous_commit": None,
+                    }
+                    rows = _fetchall(sql.CLAIM_LIMITED_JOBS, params, alias)
+                    handles += _claimed_handles(rows, alias)
+                    lapsed_waiting = bool(rows and rows[0][0])
+            if locked != set(limited):  # a limit was lifted since the cache was read
+                forget_limits()
+        rest = [queue for queue in queues if queue not in locked]
+        if rest and len(handles) < n:
+            params = {"queues": rest, "worker_id": worker_id, **_bookkeeping(alias)}
+            rows = _fetchall(sql.claim_jobs(n - len(handles)), params, alias)
+            handles += _claimed_handles(rows, alias)
+            lapsed_waiting = lapsed_waiting or bool(rows and rows[0][0])
+        return handles, lapsed_waiting
 
     def rescue_lapsed(
         self, queues: Sequence[str] | None, limit: int, *, using: str | None = None
@@ -695,6 +710,53 @@ class DeadJobManager(models.Manager["DeadJob"]):
         return _rowcount(sql.PRUNE_DEAD_OUTSIDE_QUEUES, params, using)
 
 
+def _claimed_handles(rows: Sequence[Any], alias: str) -> list[JobHandle]:
+    """The handles of a claim statement's rows (an empty claim returns one row of NULLs)."""
+    return [
+        JobHandle(
+            id=row[1],
+            queue=row[2],
+            kind=row[3],
+            key=row[4],
+            priority=row[5],
+            run_after=row[6],
+            attempt=row[7],
+            max_attempts=row[8],
+            lease_s=row[9],
+            token=row[10],
+            claimed_at=row[11],
+            claimed_until=row[12],
+            worker_id=row[13],
+            expires_at=row[14],
+            created_at=row[15],
+            payload=_decode(row[16]),
+            using=alias,
+        )
+        for row in rows
+        if row[1] is not None
+    ]
+
+
+#: Seconds a process trusts its list of limited queues (see JobManager._claim).
+LIMITS_CACHE_S = 1.0
+_limits_cache: dict[str, tuple[float, frozenset[str]]] = {}
+
+
+def _limited_queues(alias: str) -> frozenset[str]:
+    cached = _limits_cache.get(alias)
+    now = time.monotonic()
+    if cached is not None and cached[0] > now:
+        return cached[1]
+    names = frozenset(row[0] for row in _fetchall(sql.LIMITED_QUEUES, {}, alias))
+    _limits_cache[alias] = (now + LIMITS_CACHE_S, names)
+    return names
+
+
+def forget_limits() -> None:
+    """Make the next claim read the limited queues afresh (after a change)."""
+    _limits_cache.clear()
+
+
 def _wake_params() -> dict[str, Any]:
     return {"channel": pgjobs_settings.CHANNEL, "notify": pgjobs_settings.NOTIFY}
 
@@ -792,6 +854,257 @@ class JobStatsManager(models.Manager["JobStats"]):
     def prune(self, limit: int, *, using: str | None = None) -> int:
         """Delete up to `limit` minutes older than a day."""
         return _rowcount(sql.PRUNE_STATS, {"limit": limit}, using)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus(QueueOverview):
+    """One queue at a glance: its jobs, and its controls."""
+
+    paused: bool = False
+    max_running: int | None = None
+
+    @property
+    def running_of_limit(self) -> str:
+        return f"{self.running} of {self.max_running}" if self.max_running else str(self.running)
+
+
+class QueueControlManager(models.Manager["QueueControl"]):
+    """Pause, resume and limit queues; every replica's claims obey at once."""
+
+    def pause(self, queues: str | Sequence[str], *, using: str | None = None) -> list[str]:
+        """Pause `queues` (rows are made for queues without one); return their names."""
+        names = options.validate_queue_names(queues)
+        return sorted(row[0] for row in _fetchall(sql.PAUSE_QUEUES, {"queues": names}, using))
+
+    def resume(self, queues: str | Sequence[str], *, using: str | None = None) -> list[str]:
+        """Resume the paused ones of `queues` and wake their workers; return those resumed."""
+        names = options.validate_queue_names(queues)
+        params = {"queues": names, **_wake_params()}
+        return sorted(row[0] for row in _fetchall(sql.RESUME_QUEUES, params, using))
+
+    def set_limit(self, queue: str, max_running: int | None, *, using: str | None = None) -> bool:
+        """Allow at most `max_running` running jobs of `queue` across every worker (None:
+        no limit). Returns False when the limit was already so.
+
+        Raises:
+            InvalidJobOption: a bad queue name or limit.
+            ValueError: the queue's limit is set in settings (change it there).
+        """
+        name = options.validate_queue_name(queue)
+        limit = _validated_limit(max_running)
+        configured = pgjobs_settings.queue_limits()
+        if name in configured:
+            raise ValueError(
+                f"Queue {name!r} has its limit in settings "
+                f"(PGJOBS['QUEUES'][{name!r}]['MAX_RUNNING'] = {configured[name]}): "
+                "change it there."
+            )
+        changed = self._write_limit(name, limit, from_settings=False, using=using)
+        forget_limits()
+        return changed
+
+    def sync_settings(self, *, using: str | None = None) -> None:
+        """Apply the limits of PGJOBS['QUEUES'] (as every worker does when it starts)."""
+        configured = pgjobs_settings.queue_limits()
+        alias = _alias(using)
+        with transaction.atomic(using=alias):
+            for name, limit in sorted(configured.items()):
+                self._write_limit(name, limit, from_settings=True, using=alias)
+            _fetchall(sql.LIFT_SETTINGS_LIMITS, {"queues": sorted(configured)}, alias)
+        forget_limits()
+
+    def _write_limit(
+        self, name: str, limit: int | None, *, from_settings: bool, using: str | None
+    ) -> bool:
+        params = {
+            "queue": name,
+            "max_running": limit,
+            "from_settings": from_settings,
+            **_wake_params(),
+        }
+        return bool(_fetchall(sql.SET_QUEUE_LIMIT, params, using))
+
+    def status(self, *, using: str | None = None) -> list[QueueStatus]:
+        """Every queue with jobs, dead letters, a control or a setting, at a glance."""
+        from django_pgjobs.models import Job
+
+        alias = _alias(using)
+        controls = {row.name: row for row in self.using(alias).all()}
+        overview = {row.queue: row for row in Job.objects.overview(using=alias)}
+        empty = QueueOverview("", Count(0), Count(0), Count(0), Count(0), None)
+        statuses = []
+        for name in sorted(set(overview) | set(controls)):
+            seen = overview.get(name, empty)
+            control = controls.get(name)
+            counts = {field.name: getattr(seen, field.name) for field in fields(QueueOverview)}
+            counts["queue"] = name
+            statuses.append(
+                QueueStatus(
+                    **counts,
+                    paused=bool(control and control.paused),
+                    max_running=control.max_running if control else None,
+                )
+            )
+        return statuses
+
+    def ensure(self, queues: Iterable[str], *, using: str | None = None) -> None:
+        """Give every queue of `queues` a row (no pause, no limit) if it has none."""
+        from django_pgjobs.models import QueueControl
+
+        names = options.validate_queue_names(list(queues)) if queues else []
+        self.using(_alias(using)).bulk_create(
+            [QueueControl(name=name) for name in names], ignore_conflicts=True
+        )
+
+
+def _validated_limit(max_running: Any) -> int | None:
+    if max_running is None:
+        return None
+    if not isinstance(max_running, int) or isinstance(max_running, bool) or max_running < 1:
+        raise InvalidJobOption(
+            f"A queue's max_running must be a whole number >= 1 or None, not {max_running!r}."
+        )
+    if max_running > 2**31 - 1:
+        raise InvalidJobOption(f"max_running {max_running} is too large.")
+    return max_running
+
+
+class DueSchedule(NamedTuple):
+    """A schedule whose next tick has come, as read with the database's now()."""
+
+    name: str
+    kind: str
+    cron: str
+    timezone: str
+    payload: dict[str, Any]
+    options: dict[str, Any]
+    on_missed: str
+    backfill_limit: int
+    next_run_at: datetime
+    now: datetime
+
+
+class ScheduleManager(models.Manager["Schedule"]):
+    """Periodic jobs: sync the declarations, fire due ticks exactly once, admin actions."""
+
+    def sync(self, declarations: Iterable[Any], *, using: str | None = None) -> Any:
+        """Write `declarations` (schedules.Declaration); retire the rows no longer declared."""
+        from django_pgjobs.schedules import SyncResult, next_tick
+
+        alias = _alias(using)
+        added = changed = 0
+        names = []
+        with transaction.atomic(using=alias):
+            [(now,)] = _fetchall(sql.DATABASE_CLOCK, {}, alias)
+            for declaration in declarations:
+                names.append(declaration.name)
+                params = {
+                    "name": declaration.name,
+                    "kind": declaration.kind,
+                    "cron": declaration.cron,
+                    "timezone": declaration.timezone,
+                    "payload": json.dumps(declaration.payload),
+                    "options": json.dumps(declaration.options),
+                    "on_missed": declaration.on_missed,
+                    "backfill_limit": declaration.backfill_limit,
+                    "next_run_at": next_tick(declaration.cron, declaration.timezone, now),
+                }
+                for (inserted,) in _fetchall(sql.UPSERT_SCHEDULE, params, alias):
+                    added += bool(inserted)
+                    changed += not inserted
+            retired = len(_fetchall(sql.RETIRE_SCHEDULES, {"names": names}, alias))
+        return SyncResult(added=added, changed=changed, retired=retired)
+
+    def due(self, *, limit: int = 100, using: str | None = None) -> list[DueSchedule]:
+        rows = _fetchall(sql.DUE_SCHEDULES, {"limit": limit}, using)
+        schedules = [DueSchedule._make(row) for row in rows]
+        return [
+            due._replace(payload=_decode(due.payload), options=_decode(due.options))
+            for due in schedules
+        ]
+
+    def fire(
+        self,
+        due: DueSchedule,
+        ticks: Sequence[datetime],
+        following: datetime,
+        *,
+        using: str | None = None,
+    ) -> list[int]:
+        """Take `due`'s tick and enqueue a job per tick in `ticks`, in one transaction.
+
+        Returns the jobs' ids, or [] when another replica took the tick first.
+        """
+        from django_pgjobs.models import Job
+
+        alias = _alias(using)
+        params = {
+            "name": due.name,
+            "seen": due.next_run_at,
+            "next_run_at": following,
+            "last_tick": ticks[-1],
+            "ticks": len(ticks),
+        }
+        with transaction.atomic(using=alias):
+            if not _fetchall(sql.ADVANCE_SCHEDULE, params, alias):
+                return []
+            job_ids = [
+                Job.objects.enqueue(
+                    due.kind, due.payload, run_after=tick, using=alias, **due.options
+                ).id
+                for tick in ticks
+            ]
+            _rowcount(sql.RECORD_SCHEDULE_JOB, {"name": due.name, "job_id": job_ids[-1]}, alias)
+        return job_ids
+
+    def run_now(self, names: Sequence[str], *, using: str | None = None) -> list[int]:
+        """Enqueue a job of each schedule now, leaving its next tick as it is."""
+        from django_pgjobs.models import Job
+
+        alias = _alias(using)
+        job_ids = []
+        with transaction.atomic(using=alias):
+            for schedule in self.using(alias).filter(name__in=names).order_by("name"):
+                job_id = Job.objects.enqueue(
+                    schedule.kind, schedule.payload, using=alias, **schedule.options
+                ).id
+                self.using(alias).filter(pk=schedule.pk).update(
+                    last_job_id=job_id, runs=models.F("runs") + 1, updated_at=Now()
+                )
+                job_ids.append(job_id)
+        return job_ids
+
+    def enable(self, names: Sequence[str], *, using: str | None = None) -> int:
+        """Enable schedules from their next tick after now (missed ticks are not run).
+
+        A retired schedule (no longer declared) stays disabled: declare it again."""
+        from django_pgjobs.schedules import next_tick
+
+        alias = _alias(using)
+        enabled = 0
+        with transaction.atomic(using=alias):
+            [(now,)] = _fetchall(sql.DATABASE_CLOCK, {}, alias)
+            disabled = self.using(alias).filter(name__in=names, enabled=False, declared=True)
+            for schedule in disabled.select_for_update():
+                self.using(alias).filter(pk=schedule.pk).update(
+                    enabled=True,
+                    next_run_at=next_tick(schedule.cron, schedule.timezone, now),
+                    updated_at=Now(),
+                )
+                enabled += 1
+        return enabled
+
+    def disable(self, names: Sequence[str], *, using: str | None = None) -> int:
+        return int(
+            self.using(_alias(using))
+            .filter(name__in=names, enabled=True)
+            .update(enabled=False, updated_at=Now())
+        )
+
+    def next_due_in(self, *, using: str | None = None) -> float | None:
+        """Seconds until the next tick of an enabled schedule (None: no enabled schedule)."""
+        ((seconds,),) = _fetchall(sql.NEXT_SCHEDULE_IN, {}, using)
+        return None if seconds is None else max(float(seconds), 0.0)
 
 
 class ChaosExecutionManager(models.Manager["ChaosExecution"]):

@@ -18,6 +18,8 @@ from django_pgjobs.managers import (
     DeadJobManager,
     JobManager,
     JobStatsManager,
+    QueueControlManager,
+    ScheduleManager,
 )
 from django_pgjobs.options import KIND_MAX_LENGTH, QUEUE_NAME_MAX_LENGTH
 from django_pgjobs.states import LIVE_STATES, JobState
@@ -201,6 +203,105 @@ class JobStats(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}@{self.minute:%H:%M}"
+
+
+class QueueControl(models.Model):
+    """A queue's controls, enforced at claim time by every replica: paused, and the most
+    jobs of it running at once across all of them (`max_running`).
+
+    Rows exist for queues someone paused or limited, and for every configured queue.
+    """
+
+    name = models.CharField(max_length=QUEUE_NAME_MAX_LENGTH, primary_key=True)
+    paused = models.BooleanField(
+        db_default=False, help_text="No replica claims a paused queue's jobs; enqueues land."
+    )
+    paused_at = models.DateTimeField(null=True, blank=True)
+    max_running = models.IntegerField(
+        null=True,
+        blank=True,
+        help_text="At most this many of the queue's jobs run at once, across every worker "
+        "(empty: no limit). A lapsed lease frees its slot.",
+    )
+    limit_from_settings = models.BooleanField(
+        db_default=False,
+        help_text="The limit comes from PGJOBS['QUEUES'][name]['MAX_RUNNING'] and is set "
+        "again by every worker that starts.",
+    )
+    updated_at = models.DateTimeField(db_default=Now())
+
+    objects: ClassVar[QueueControlManager] = QueueControlManager()
+
+    class Meta:
+        db_table = "pgjobs_queue"
+        verbose_name = "queue"
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            models.CheckConstraint(
+                condition=Q(max_running__gte=1) | Q(max_running__isnull=True),
+                name="pgjobs_queue_max_running_gte_1",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Schedule(models.Model):
+    """A periodic job: a cron expression whose every tick enqueues one job, exactly once
+    across any number of replicas (the replica that advances `next_run_at` first enqueues
+    the tick's job in the same transaction).
+
+    Declared in PGJOBS["SCHEDULES"] or with @job(schedule=...), and synced by every worker
+    as it starts; a schedule no longer declared is disabled and kept with its history.
+    """
+
+    class OnMissed(models.TextChoices):
+        SKIP = "skip", "Run once for the latest missed tick"
+        BACKFILL = "backfill", "Run every missed tick, up to the backfill limit"
+
+    name = models.CharField(max_length=KIND_MAX_LENGTH, primary_key=True)
+    kind = models.CharField(max_length=KIND_MAX_LENGTH)
+    cron = models.CharField(max_length=200, help_text="Five-field cron, or @hourly, @daily ...")
+    timezone = models.CharField(max_length=64, db_default="UTC")
+    payload = models.JSONField(db_default=models.Value({}, models.JSONField()))
+    options = models.JSONField(
+        db_default=models.Value({}, models.JSONField()),
+        help_text="Enqueue options of every tick's job: queue, key, priority, max_attempts, "
+        "lease, expires, result_retention.",
+    )
+    on_missed = models.CharField(max_length=16, choices=OnMissed.choices, db_default="skip")
+    backfill_limit = models.IntegerField(db_default=10)
+    enabled = models.BooleanField(db_default=True)
+    declared = models.BooleanField(
+        db_default=True, help_text="False once no code or setting declares it any more."
+    )
+    next_run_at = models.DateTimeField(help_text="The next tick, by the database's clock.")
+    last_run_at = models.DateTimeField(null=True, blank=True, help_text="The last tick run.")
+    last_job_id = models.BigIntegerField(null=True, blank=True)
+    runs = models.IntegerField(db_default=0, help_text="Jobs enqueued by this schedule.")
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    objects: ClassVar[ScheduleManager] = ScheduleManager()
+
+    class Meta:
+        db_table = "pgjobs_schedule"
+        indexes: ClassVar[list[models.Index]] = [
+            models.Index(
+                fields=["next_run_at"], name="pgjobs_schedule_due", condition=Q(enabled=True)
+            )
+        ]
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            models.CheckConstraint(
+                condition=Q(on_missed__in=["skip", "backfill"]), name="pgjobs_schedule_on_missed"
+            ),
+            models.CheckConstraint(
+                condition=Q(backfill_limit__gte=1), name="pgjobs_schedule_backfill_limit_gte_1"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class ChaosExecution(models.Model):

@@ -30,6 +30,8 @@ class JobDefinition:
     on_conflict: str | None = None
     atomic: bool = False
     takes_context: bool = False
+    #: Run by itself on this schedule (a schedules.Cron), under the kind's name.
+    schedule: Any = None
 
     @property
     def is_async(self) -> bool:

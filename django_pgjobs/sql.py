@@ -207,52 +207,8 @@ woke AS (
 SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
 """
 
-CLAIM_JOBS = f"""
--- Claim up to %(limit)s pending jobs of %(queues)s for %(worker_id)s (S6-S8) by priority
--- DESC, run_after, id. Each row also says whether a lapsed claim waits in these queues
--- (S9): the caller then runs RESCUE_LAPSED_JOBS and claims again. An empty claim still
--- returns one row, for that flag.
-WITH RECURSIVE levels (queue, priority) AS (
-    -- A skip scan of the claim index: one row per (queue, priority) holding pending
-    -- jobs, each found by one index probe. Reading runnable rows level by level means a
-    -- claim never wades through scheduled rows sorted between two runnable ones.
-    SELECT q.name, (SELECT max(j.priority) FROM pgjobs_job AS j
-                    WHERE j.state = 'pending' AND j.queue = q.name)
-    FROM unnest(%(queues)s::text[]) AS q(name)
-    UNION ALL
-    SELECT l.queue, (SELECT max(j.priority) FROM pgjobs_job AS j
-                     WHERE j.state = 'pending' AND j.queue = l.queue AND j.priority < l.priority)
-    FROM levels AS l
-    WHERE l.priority IS NOT NULL
-),
-ordered_levels AS (
-    -- Within one priority, the queue holding the oldest runnable job goes first.
-    SELECT l.queue, l.priority
-    FROM levels AS l
-    WHERE l.priority IS NOT NULL
-    ORDER BY l.priority DESC,
-             (SELECT j.run_after FROM pgjobs_job AS j
-              WHERE j.state = 'pending' AND j.queue = l.queue AND j.priority = l.priority
-                AND j.run_after <= now()
-              ORDER BY j.run_after, j.id LIMIT 1) NULLS LAST,
-             l.queue
-),
-picked AS (
-    -- The CTE is an optimization fence: LIMIT applies before the UPDATE, and the LATERAL
-    -- scans lock rows only as the LIMIT pulls them, so no more than %(limit)s are locked.
-    SELECT c.id
-    FROM ordered_levels AS l
-    CROSS JOIN LATERAL (
-        SELECT j.id FROM pgjobs_job AS j
-        WHERE j.state = 'pending' AND j.queue = l.queue AND j.priority = l.priority
-          AND j.run_after <= now() AND (j.expires_at IS NULL OR j.expires_at > now())
-        ORDER BY j.run_after, j.id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ) AS c
-    LIMIT %(limit)s
-),
-claimed AS (
+_CLAIM_PICKED = f"""claimed AS (
+    -- Claim the rows of `picked` (S8).
     UPDATE pgjobs_job AS j
     SET state = 'running',
         attempts = j.attempts + 1,
@@ -279,6 +235,64 @@ FROM flags AS f
 LEFT JOIN claimed AS c ON true
 """
 
+# A job a claim may take: runnable now and not expired.
+_CLAIMABLE = (
+    "j.state = 'pending' AND j.run_after <= now()"
+    " AND (j.expires_at IS NULL OR j.expires_at > now())"
+)
+
+
+CLAIM_JOBS = f"""
+-- Claim up to %(limit)s pending jobs of %(queues)s for %(worker_id)s (S6-S8) by priority
+-- DESC, run_after, id. Each row also says whether a lapsed claim waits in these queues
+-- (S9): the caller then runs RESCUE_LAPSED_JOBS and claims again. An empty claim still
+-- returns one row, for that flag.
+WITH RECURSIVE levels (queue, priority) AS (
+    -- A skip scan of the claim index: one row per (queue, priority) holding pending
+    -- jobs, each found by one index probe. Reading runnable rows level by level means a
+    -- claim never wades through scheduled rows sorted between two runnable ones.
+    SELECT q.name, (SELECT max(j.priority) FROM pgjobs_job AS j
+                    WHERE j.state = 'pending' AND j.queue = q.name)
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    -- Paused queues are never claimed; limited ones only by CLAIM_LIMITED_JOBS.
+    WHERE NOT EXISTS (
+        SELECT 1 FROM pgjobs_queue AS c
+        WHERE c.name = q.name AND (c.paused OR c.max_running IS NOT NULL)
+    )
+    UNION ALL
+    SELECT l.queue, (SELECT max(j.priority) FROM pgjobs_job AS j
+                     WHERE j.state = 'pending' AND j.queue = l.queue AND j.priority < l.priority)
+    FROM levels AS l
+    WHERE l.priority IS NOT NULL
+),
+ordered_levels AS (
+    -- Within one priority, the queue holding the oldest runnable job goes first.
+    SELECT l.queue, l.priority
+    FROM levels AS l
+    WHERE l.priority IS NOT NULL
+    ORDER BY l.priority DESC,
+             (SELECT j.run_after FROM pgjobs_job AS j
+              WHERE j.state = 'pending' AND j.queue = l.queue AND j.priority = l.priority
+                AND j.run_after <= now()
+              ORDER BY j.run_after, j.id LIMIT 1) NULLS LAST,
+             l.queue
+),
+picked AS (
+    -- The CTE is an optimization fence: LIMIT applies before the UPDATE, and the LATERAL
+    -- scans lock rows only as the LIMIT pulls them, so no more than %(limit)s are locked.
+    SELECT c.id
+    FROM ordered_levels AS l
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM pgjobs_job AS j
+        WHERE {_CLAIMABLE} AND j.queue = l.queue AND j.priority = l.priority
+        ORDER BY j.run_after, j.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    LIMIT %(limit)s
+),
+{_CLAIM_PICKED}"""
+
 
 @functools.cache
 def claim_jobs(limit: int) -> str:
@@ -294,6 +308,48 @@ def claim_jobs(limit: int) -> str:
         raise ValueError(f"A claim limit must be a whole number >= 1, not {limit!r}.")
     return CLAIM_JOBS.replace("%(limit)s", str(limit))
 
+
+LOCK_LIMITED_QUEUES = """
+-- Take the claim turn of the limited queues among %(queues)s (S6 with a limit): claimers
+-- of one limited queue wait for each other here, so that the next statement of this
+-- transaction, with a snapshot taken after the wait, counts every claim made before it.
+SELECT c.name
+FROM pgjobs_queue AS c
+WHERE c.name = ANY(%(queues)s::text[]) AND c.max_running IS NOT NULL AND NOT c.paused
+ORDER BY c.name
+FOR UPDATE
+"""
+
+CLAIM_LIMITED_JOBS = f"""
+-- Claim up to %(limit)s jobs of the limited queues among %(queues)s for %(worker_id)s,
+-- each queue up to its max_running less its running jobs whose lease holds (a lapsed
+-- lease frees its slot). Runs after LOCK_LIMITED_QUEUES, in the same transaction.
+WITH allowance AS (
+    SELECT c.name, greatest(c.max_running - (
+        SELECT count(*) FROM pgjobs_job AS j
+        WHERE j.state = 'running' AND j.queue = c.name AND j.claimed_until > now()
+    ), 0) AS free
+    FROM pgjobs_queue AS c
+    WHERE c.name = ANY(%(queues)s::text[]) AND c.max_running IS NOT NULL AND NOT c.paused
+),
+picked AS (
+    SELECT t.id
+    FROM allowance AS a
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM pgjobs_job AS j
+        WHERE {_CLAIMABLE} AND j.queue = a.name
+        ORDER BY j.priority DESC, j.run_after, j.id
+        LIMIT least(a.free, %(limit)s)
+        FOR UPDATE SKIP LOCKED
+    ) AS t
+    LIMIT %(limit)s
+),
+{_CLAIM_PICKED}"""
+
+LIMITED_QUEUES = """
+-- The queues with a limit on their running jobs (claimed by CLAIM_LIMITED_JOBS).
+SELECT name FROM pgjobs_queue WHERE max_running IS NOT NULL
+"""
 
 RESCUE_LAPSED_JOBS = f"""
 -- Take back up to %(limit)s claims whose lease lapsed, of %(queues)s (NULL: of every
@@ -838,6 +894,126 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
 SWEEP_LOCK = """
 -- Take the sweeper's turn for this transaction, if no other replica has it.
 SELECT pg_try_advisory_xact_lock(%(lock_id)s)
+"""
+
+PAUSE_QUEUES = """
+-- Pause %(queues)s: no replica claims their jobs until they are resumed.
+INSERT INTO pgjobs_queue AS c (name, paused, paused_at, limit_from_settings, updated_at)
+SELECT q.name, true, now(), false, now() FROM unnest(%(queues)s::text[]) AS q(name)
+ON CONFLICT (name) DO UPDATE
+SET paused = true, paused_at = coalesce(c.paused_at, now()), updated_at = now()
+RETURNING c.name
+"""
+
+RESUME_QUEUES = """
+-- Resume the paused ones of %(queues)s, and wake their workers at once (S23).
+WITH resumed AS (
+    UPDATE pgjobs_queue AS c
+    SET paused = false, paused_at = NULL, updated_at = now()
+    WHERE c.name = ANY(%(queues)s::text[]) AND c.paused
+    RETURNING c.name
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, r.name) FROM resumed AS r WHERE %(notify)s
+)
+SELECT r.name, (SELECT count(*) FROM woke) FROM resumed AS r
+"""
+
+SET_QUEUE_LIMIT = """
+-- Set (or, with NULL, lift) the limit on the running jobs of %(queue)s; wake its workers.
+WITH limited AS (
+    INSERT INTO pgjobs_queue AS c (name, paused, max_running, limit_from_settings, updated_at)
+    VALUES (%(queue)s, false, %(max_running)s, %(from_settings)s, now())
+    ON CONFLICT (name) DO UPDATE
+    SET max_running = EXCLUDED.max_running, limit_from_settings = EXCLUDED.limit_from_settings,
+        updated_at = now()
+    WHERE (c.max_running, c.limit_from_settings)
+          IS DISTINCT FROM (EXCLUDED.max_running, EXCLUDED.limit_from_settings)
+    RETURNING c.name
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, l.name) FROM limited AS l WHERE %(notify)s
+)
+SELECT l.name, (SELECT count(*) FROM woke) FROM limited AS l
+"""
+
+LIFT_SETTINGS_LIMITS = """
+-- Lift the limits that came from settings on queues whose settings no longer set one.
+UPDATE pgjobs_queue
+SET max_running = NULL, limit_from_settings = false, updated_at = now()
+WHERE limit_from_settings AND NOT (name = ANY(%(queues)s::text[]))
+RETURNING name
+"""
+
+DUE_SCHEDULES = """
+-- Up to %(limit)s enabled schedules whose next tick has come, with the database's now().
+SELECT name, kind, cron, timezone, payload, options, on_missed, backfill_limit,
+       next_run_at, now()
+FROM pgjobs_schedule
+WHERE enabled AND next_run_at <= now()
+ORDER BY next_run_at
+LIMIT %(limit)s
+"""
+
+ADVANCE_SCHEDULE = """
+-- Take the tick of %(name)s that is due at %(seen)s: advance it to %(next_run_at)s. Only
+-- one replica's update matches (the others find next_run_at moved, after waiting for its
+-- commit), and that replica enqueues the tick's jobs in the same transaction.
+UPDATE pgjobs_schedule
+SET next_run_at = %(next_run_at)s, last_run_at = %(last_tick)s, runs = runs + %(ticks)s,
+    updated_at = now()
+WHERE name = %(name)s AND enabled AND next_run_at = %(seen)s
+RETURNING name
+"""
+
+RECORD_SCHEDULE_JOB = """
+-- Remember the last job a schedule enqueued.
+UPDATE pgjobs_schedule SET last_job_id = %(job_id)s WHERE name = %(name)s
+"""
+
+NEXT_SCHEDULE_IN = """
+-- Seconds from now() until the next tick of an enabled schedule (NULL: none).
+SELECT extract(epoch FROM min(next_run_at) - now())::float8
+FROM pgjobs_schedule
+WHERE enabled
+"""
+
+UPSERT_SCHEDULE = """
+-- Declare schedule %(name)s: insert it, or update what changed. A new cron or timezone,
+-- or a schedule declared again after it was retired, starts from %(next_run_at)s (the
+-- next tick from now); otherwise its next tick is kept. Returns a row when it changed.
+INSERT INTO pgjobs_schedule AS s (
+    name, kind, cron, timezone, payload, options, on_missed, backfill_limit, enabled,
+    declared, next_run_at, runs, created_at, updated_at
+)
+VALUES (
+    %(name)s, %(kind)s, %(cron)s, %(timezone)s, %(payload)s::jsonb, %(options)s::jsonb,
+    %(on_missed)s, %(backfill_limit)s, true, true, %(next_run_at)s, 0, now(), now()
+)
+ON CONFLICT (name) DO UPDATE
+SET kind = EXCLUDED.kind, payload = EXCLUDED.payload, options = EXCLUDED.options,
+    on_missed = EXCLUDED.on_missed, backfill_limit = EXCLUDED.backfill_limit,
+    next_run_at = CASE
+        WHEN (s.cron, s.timezone) IS DISTINCT FROM (EXCLUDED.cron, EXCLUDED.timezone)
+             OR NOT s.declared
+        THEN EXCLUDED.next_run_at ELSE s.next_run_at END,
+    cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
+    enabled = s.enabled OR NOT s.declared,
+    declared = true,
+    updated_at = now()
+WHERE (s.kind, s.cron, s.timezone, s.payload, s.options, s.on_missed, s.backfill_limit,
+       s.declared)
+      IS DISTINCT FROM (EXCLUDED.kind, EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.payload,
+                        EXCLUDED.options, EXCLUDED.on_missed, EXCLUDED.backfill_limit, true)
+RETURNING (xmax = 0) AS inserted
+"""
+
+RETIRE_SCHEDULES = """
+-- Disable the schedules no longer declared (kept, with their history).
+UPDATE pgjobs_schedule
+SET declared = false, enabled = false, updated_at = now()
+WHERE declared AND NOT (name = ANY(%(names)s::text[]))
+RETURNING name
 """
 
 DATABASE_CLOCK = """

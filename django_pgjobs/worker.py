@@ -35,10 +35,12 @@ from django.db import DatabaseError, connections
 
 from django_pgjobs import registry
 from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.exceptions import InvalidJobOption
 from django_pgjobs.executor import Executor, Outcome, Verdict
 from django_pgjobs.handles import Failure, JobHandle
 from django_pgjobs.listener import Listener
 from django_pgjobs.maintenance import Sweeper
+from django_pgjobs.schedules import Scheduler
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -109,6 +111,8 @@ class Worker:
         poll_interval: seconds between polls when no notification arrives.
         shutdown_grace: seconds in-flight jobs get to finish after a stop request.
         sweep_interval: seconds between sweeps (0: never sweep from this worker).
+        schedules: run the periodic schedules (default: PGJOBS["SCHEDULER"], never in
+            burst mode).
         listen: LISTEN for wake-ups (default: the NOTIFY setting).
         on_status: called with the stats about every `status_interval` seconds.
     """
@@ -124,6 +128,7 @@ class Worker:
         poll_interval: float | None = None,
         shutdown_grace: float | None = None,
         sweep_interval: float | None = None,
+        schedules: bool | None = None,
         listen: bool | None = None,
         on_status: Callable[[WorkerStats], None] | None = None,
         status_interval: float = 1.0,
@@ -141,6 +146,9 @@ class Worker:
         self.poll_interval = _seconds(poll_interval, pgjobs_settings.POLL_INTERVAL)
         self.shutdown_grace = _seconds(shutdown_grace, pgjobs_settings.SHUTDOWN_GRACE)
         self.sweep_interval = _seconds(sweep_interval, pgjobs_settings.SWEEP_INTERVAL)
+        self.schedules = (
+            (pgjobs_settings.SCHEDULER and not burst) if schedules is None else schedules
+        )
         self.listen = pgjobs_settings.NOTIFY if listen is None else listen
         self.on_status = on_status
         self.status_interval = status_interval
@@ -170,7 +178,7 @@ class Worker:
         self._stop_requested = threading.Event()
         self._stop_deadline: float | None = None
         self._signals = 0
-        self._sweeper_stop = threading.Event()
+        self._background_stop = threading.Event()
         self._last_status = 0.0
         self._gather_started: float | None = None
         #: Per queue: [succeeded, retried, dead] since the last write to pgjobs_stats.
@@ -185,6 +193,7 @@ class Worker:
         """Run until stopped (or drained, in burst mode); return the exit status."""
         restore = self._install_signal_handlers()
         try:
+            self._sync_queue_limits()
             self._start_threads()
             logger.info(
                 "worker started id=%s queues=%s concurrency=%s burst=%s listen=%s",
@@ -212,6 +221,16 @@ class Worker:
             f"{stats.last_recorded_at:.6f}" if stats.last_recorded_at else "-",
         )
         return 0
+
+    def _sync_queue_limits(self) -> None:
+        """Apply the queue limits of the settings (a later worker applies them again)."""
+        from django_pgjobs.models import QueueControl
+
+        try:
+            QueueControl.objects.sync_settings(using=self.using)
+        except DatabaseError as error:
+            logger.warning("queue limits of the settings not applied: %s", error)
+            connections[self.using].close()
 
     def stop(self) -> None:
         """Ask the worker to stop: no more claims; in-flight jobs get the grace period."""
@@ -256,10 +275,15 @@ class Worker:
                 target=self._sweeper_thread, name="pgjobs-sweeper", daemon=True
             )
             sweeper.start()
+        if self.schedules:
+            scheduler = threading.Thread(
+                target=self._scheduler_thread, name="pgjobs-scheduler", daemon=True
+            )
+            scheduler.start()
 
     def _shutdown(self) -> None:
         self._record_stats(time.monotonic(), final=True)
-        self._sweeper_stop.set()
+        self._background_stop.set()
         for _ in self._threads:
             self._work.put(None)
         for thread in self._threads:
@@ -657,11 +681,40 @@ class Worker:
         finally:
             reset_connections()
 
+    def _scheduler_thread(self) -> None:
+        """Sync the declared schedules, then enqueue every due tick: one job per tick,
+        whichever replica gets there first."""
+        scheduler = Scheduler(using=self.using)
+        synced = False
+        wait = 0.0
+        failures = 0
+        try:
+            while not self._background_stop.wait(wait):
+                try:
+                    if not synced:
+                        scheduler.sync()
+                        synced = True
+                    due_in = scheduler.run_due()
+                    failures = 0
+                    wait = self.poll_interval if due_in is None else due_in
+                    wait = min(max(wait, 0.01), self.poll_interval)
+                except InvalidJobOption as error:  # a declaration the checks report too
+                    logger.error("schedules not synced: %s", error)
+                    synced = True
+                    wait = self.poll_interval
+                except DatabaseError as error:
+                    failures += 1
+                    wait = min(RECONNECT_BACKOFF_CAP_S, 0.5 * 2**failures)
+                    logger.warning("scheduler: %s; next try in %.1fs", error, wait)
+                    connections[self.using].close()
+        finally:
+            connections.close_all()
+
     def _sweeper_thread(self) -> None:
         sweeper = Sweeper(take_turns=True, using=self.using)
         wait = min(self.sweep_interval, 1.0)
         try:
-            while not self._sweeper_stop.wait(wait):
+            while not self._background_stop.wait(wait):
                 try:
                     sweeper.run_once()
                 except DatabaseError as error:

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.test import Client
+from django.test import Client, override_settings
 from django.urls import reverse
 
 from django_pgjobs import managers
-from django_pgjobs.models import DeadJob, Job, JobStats
+from django_pgjobs.models import DeadJob, Job, JobStats, QueueControl, Schedule
+from django_pgjobs.schedules import Scheduler
 from tests.helpers import count, execute, row
 
 pytestmark = pytest.mark.django_db
@@ -259,3 +260,109 @@ def test_counts_past_the_cap_are_estimates_and_say_so(
     assert bulk.running.value == 0 and not bulk.running.estimated
     assert "≈" in response.content.decode()
     assert Job.objects.capped_count(Job.objects.all()) >= 5
+
+
+QUEUES = reverse("admin:django_pgjobs_queuecontrol_changelist")
+SCHEDULES = reverse("admin:django_pgjobs_schedule_changelist")
+
+
+def test_queue_list_shows_every_queue_with_jobs_and_its_running_of_limit(
+    admin_client: Client, jobs: dict
+) -> None:
+    QueueControl.objects.set_limit("reports", 4)
+    response = admin_client.get(QUEUES)
+    assert response.status_code == 200
+    listed = {control.name for control in response.context["cl"].result_list}
+    assert {"mail", "reports", "sync"} <= listed
+    page = response.content.decode()
+    assert "1 of 4" in page  # reports: one running job of at most four
+
+
+def test_pause_and_resume_actions(admin_client: Client, jobs: dict) -> None:
+    admin_client.get(QUEUES)  # makes the rows of the queues with jobs
+    response = admin_client.post(
+        QUEUES, {"action": "pause", "_selected_action": ["mail", "sync"]}, follow=True
+    )
+    assert "Paused: mail, sync." in response.content.decode()
+    assert Job.objects.claim_batch(["mail"], 5, "w") == []
+    response = admin_client.post(
+        QUEUES, {"action": "resume", "_selected_action": ["mail"]}, follow=True
+    )
+    assert "Resumed: mail." in response.content.decode()
+    assert QueueControl.objects.get(name="sync").paused
+
+
+def test_a_limit_set_on_the_change_page_is_enforced(admin_client: Client, jobs: dict) -> None:
+    admin_client.get(QUEUES)
+    url = reverse("admin:django_pgjobs_queuecontrol_change", args=["mail"])
+    response = admin_client.post(url, {"paused": "", "max_running": "1"})
+    assert response.status_code == 302
+    assert QueueControl.objects.get(name="mail").max_running == 1
+    Job.objects.enqueue("demo.mail", queue="mail")
+    assert len(Job.objects.claim_batch(["mail"], 5, "w")) == 1
+
+
+def test_a_limit_from_settings_is_read_only_in_the_admin(admin_client: Client) -> None:
+    with override_settings(PGJOBS={"QUEUES": {"capped": {"MAX_RUNNING": 2}}}):
+        QueueControl.objects.sync_settings()
+        url = reverse("admin:django_pgjobs_queuecontrol_change", args=["capped"])
+        page = admin_client.get(url)
+        assert 'name="max_running"' not in page.content.decode()
+        admin_client.post(url, {"paused": "", "max_running": "9"})
+    assert QueueControl.objects.get(name="capped").max_running == 2
+
+
+@pytest.fixture
+def schedules() -> None:
+    with override_settings(
+        PGJOBS={
+            "SCHEDULES": {
+                "hourly": {"kind": "demo.report", "cron": "@hourly"},
+                "nightly": {"kind": "demo.report", "cron": "0 3 * * *", "payload": {"full": 1}},
+            }
+        }
+    ):
+        Scheduler().sync()
+
+
+def test_schedule_list_shows_next_and_last_run_and_last_job(
+    admin_client: Client, schedules: None
+) -> None:
+    [job_id] = Schedule.objects.run_now(["nightly"])
+    response = admin_client.get(SCHEDULES)
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert f"#{job_id} (pending)" in page
+    assert "in " in page  # the next run, relative to now
+    assert admin_client.get(reverse("admin:django_pgjobs_schedule_add")).status_code == 403
+    detail = reverse("admin:django_pgjobs_schedule_change", args=["nightly"])
+    assert admin_client.get(detail).status_code == 200
+
+
+def test_schedule_actions_report_what_they_did(admin_client: Client, schedules: None) -> None:
+    def act(action: str, *names: str) -> str:
+        data = {"action": action, "_selected_action": list(names)}
+        return admin_client.post(SCHEDULES, data, follow=True).content.decode()
+
+    assert "2 disabled." in act("disable", "hourly", "nightly")
+    assert not Schedule.objects.filter(enabled=True).exists()
+    assert "1 enabled." in act("enable", "hourly")
+    assert "1 job enqueued: #" in act("run_now", "nightly")
+    assert count(where="kind = 'demo.report'") == 1
+    assert Schedule.objects.get(name="nightly").runs == 1
+
+
+def test_view_only_staff_cannot_pause_or_fire(client: Client, jobs: dict, schedules: None) -> None:
+    user = User.objects.create_user("looker", password="pw", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(codename__in=["view_queuecontrol", "view_schedule"])
+    )
+    client.force_login(user)
+    assert client.get(QUEUES).status_code == 200
+    assert client.get(SCHEDULES).status_code == 200
+    client.post(QUEUES, {"action": "pause", "_selected_action": ["mail"]})
+    client.post(SCHEDULES, {"action": "run_now", "_selected_action": ["nightly"]})
+    client.post(SCHEDULES, {"action": "disable", "_selected_action": ["nightly"]})
+    assert not QueueControl.objects.filter(paused=True).exists()
+    assert count(where="kind = 'demo.report' AND queue = 'default'") == 0
+    assert Schedule.objects.get(name="nightly").enabled

@@ -23,6 +23,14 @@ def test_defaults_are_the_documented_ones() -> None:
     assert Settings.CHANNEL == "pgjobs" and Settings.NOTIFY is True
 
 
+def test_queue_limits_come_from_the_queues_max_running() -> None:
+    queues = {"a": {"MAX_RUNNING": 3}, "b": {"LEASE": 5}, "c": {"MAX_RUNNING": None}}
+    with override_settings(PGJOBS={"QUEUES": queues}):
+        pgjobs_settings.validate()
+        assert pgjobs_settings.queue_limits() == {"a": 3}
+        assert pgjobs_settings.queue_options("a").lease_s == 60
+
+
 def test_settings_are_read_at_access_time() -> None:
     with override_settings(PGJOBS={"LEASE": timedelta(minutes=2), "QUEUES": {"q": {"LEASE": 5}}}):
         assert pgjobs_settings.queue_options("other").lease_s == 120
@@ -44,6 +52,9 @@ def test_settings_are_read_at_access_time() -> None:
         ({"CHANEL": "x"}, "unknown keys"),
         ({"DEAD_RETENTION": -1}, "DEAD_RETENTION"),
         ({"SWEEP_BATCH": 0}, "SWEEP_BATCH"),
+        ({"QUEUES": {"q": {"MAX_RUNNING": 0}}}, "MAX_RUNNING"),
+        ({"QUEUES": {"q": {"MAX_RUNNING": "4"}}}, "MAX_RUNNING"),
+        ({"SCHEDULER": 1}, "SCHEDULER"),
     ],
 )
 def test_invalid_settings_fail_the_system_check(pgjobs: dict, message: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -11,11 +12,13 @@ from django.db import connection, transaction
 from psycopg import sql as pgsql
 
 from django_pgjobs import sql
-from django_pgjobs.models import DeadJob, Job, JobStats
+from django_pgjobs.models import DeadJob, Job, JobStats, QueueControl, Schedule
 
 pytestmark = pytest.mark.django_db
 
 TOKEN = uuid.uuid4()
+# A cron tick (computed by the caller from the database's clock, never from Python's).
+TICK = datetime(2026, 1, 1, 3, 0, tzinfo=UTC)
 WAKE = {"channel": "pgjobs", "notify": True}
 ONE_JOB = {
     "queue": "default",
@@ -112,6 +115,40 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "PRUNE_STATS": {"limit": 10},
     "DATABASE_CLOCK": {},
     "TERMINATE_BACKENDS": {"application_name": "pgjobs-test-nobody", "limit": 1},
+    "LOCK_LIMITED_QUEUES": {"queues": ["default"]},
+    "CLAIM_LIMITED_JOBS": {
+        "synchronous_commit": None,
+        "queues": ["default"],
+        "limit": 5,
+        "worker_id": "w",
+    },
+    "LIMITED_QUEUES": {},
+    "PAUSE_QUEUES": {"queues": ["default"]},
+    "RESUME_QUEUES": {"queues": ["default"], **WAKE},
+    "SET_QUEUE_LIMIT": {"queue": "default", "max_running": 2, "from_settings": False, **WAKE},
+    "LIFT_SETTINGS_LIMITS": {"queues": ["default"]},
+    "DUE_SCHEDULES": {"limit": 10},
+    "ADVANCE_SCHEDULE": {
+        "name": "s",
+        "seen": TICK,
+        "next_run_at": TICK + timedelta(minutes=1),
+        "last_tick": TICK,
+        "ticks": 1,
+    },
+    "RECORD_SCHEDULE_JOB": {"name": "s", "job_id": 1},
+    "NEXT_SCHEDULE_IN": {},
+    "UPSERT_SCHEDULE": {
+        "name": "s",
+        "kind": "demo.t",
+        "cron": "* * * * *",
+        "timezone": "UTC",
+        "payload": "{}",
+        "options": "{}",
+        "on_missed": "skip",
+        "backfill_limit": 10,
+        "next_run_at": TICK,
+    },
+    "RETIRE_SCHEDULES": {"names": ["s"]},
 }
 # Statements formatted with identifiers (psycopg.sql) before they run.
 IDENTIFIERS = {"LISTEN_CHANNEL": {"channel": "pgjobs"}}
@@ -149,12 +186,14 @@ def test_statement_names_only_the_models_tables_and_opens_with_a_comment(name: s
     assert statement.lstrip().startswith("-- ")
     tables = set(re.findall(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(pgjobs_\w+)", statement))
     assert bool(tables) == (name not in TABLELESS)
-    assert tables <= {Job._meta.db_table, DeadJob._meta.db_table, JobStats._meta.db_table}
+    models = (Job, DeadJob, JobStats, QueueControl, Schedule)
+    assert tables <= {model._meta.db_table for model in models}
     assert Job._meta.db_table == sql.JOB_TABLE and DeadJob._meta.db_table == sql.DEAD_TABLE
 
 
 def test_no_statement_uses_a_python_timestamp() -> None:
     for name in sql.STATEMENTS:
         params = SAMPLE_PARAMS[name]
-        # The only timestamp a caller passes is an explicit run_after chosen by the user.
+        # The only timestamps a caller passes are an explicit run_after chosen by the user
+        # and cron ticks, computed from the database's clock.
         assert {"now", "at", "timestamp"}.isdisjoint(params), name

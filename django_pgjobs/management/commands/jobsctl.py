@@ -1,0 +1,158 @@
+"""`manage.py jobsctl`: queues and schedules at a glance, and their controls.
+
+python manage.py jobsctl status               # a table per queue
+python manage.py jobsctl pause emails         # no worker claims its jobs
+python manage.py jobsctl resume emails        # and wake the workers at once
+python manage.py jobsctl limit emails 5       # at most 5 running, across every worker
+python manage.py jobsctl limit emails none    # no limit
+python manage.py jobsctl schedules            # every schedule, its next and last run
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
+
+from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.exceptions import InvalidJobOption
+
+
+def _limit(text: str) -> int | None:
+    if text.lower() in ("none", "off"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise CommandError(f"{text!r} is not a limit: give a whole number >= 1, or none.") from None
+    return value
+
+
+class Command(BaseCommand):
+    help = "Show queues and schedules; pause, resume or limit queues."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        actions.add_parser("status", help="Each queue: runnable, scheduled, running, dead ...")
+        pause = actions.add_parser("pause", help="Stop every worker claiming these queues.")
+        pause.add_argument("queues", nargs="+", metavar="QUEUE")
+        resume = actions.add_parser("resume", help="Let workers claim these queues again.")
+        resume.add_argument("queues", nargs="+", metavar="QUEUE")
+        limit = actions.add_parser(
+            "limit", help="Cap a queue's running jobs across every worker (none: no cap)."
+        )
+        limit.add_argument("queue", metavar="QUEUE")
+        limit.add_argument("max_running", metavar="N|none")
+        actions.add_parser("schedules", help="Every schedule: next run, last run, last job.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        action = options["action"]
+        try:
+            if action == "status":
+                self._status()
+            elif action == "pause":
+                self._pause(options["queues"])
+            elif action == "resume":
+                self._resume(options["queues"])
+            elif action == "limit":
+                self._set_limit(options["queue"], _limit(options["max_running"]))
+            else:
+                self._schedules()
+        except (InvalidJobOption, ValueError) as error:
+            raise CommandError(str(error)) from None
+        except DatabaseError as error:
+            raise CommandError(
+                f"The jobs database '{pgjobs_settings.DATABASE}' refused: "
+                f"{str(error).strip().splitlines()[0]}. "
+                "Is it running, and migrated (python manage.py migrate django_pgjobs)?"
+            ) from None
+
+    def _status(self) -> None:
+        from django_pgjobs.models import QueueControl
+
+        rows = [
+            (
+                status.queue,
+                str(status.runnable),
+                str(status.scheduled),
+                status.running_of_limit,
+                "yes" if status.paused else "",
+                str(status.dead),
+                status.oldest_runnable,
+            )
+            for status in QueueControl.objects.status()
+        ]
+        header = ("queue", "runnable", "scheduled", "running", "paused", "dead", "oldest runnable")
+        if not rows:
+            self.stdout.write("No queues yet: no job, no dead letter, no control.")
+            return
+        self._table(header, rows)
+
+    def _pause(self, queues: list[str]) -> None:
+        from django_pgjobs.models import QueueControl
+
+        paused = QueueControl.objects.pause(queues)
+        self.stdout.write(
+            f"Paused {', '.join(paused)}: no worker claims their jobs until resumed "
+            "(enqueues still land)."
+        )
+
+    def _resume(self, queues: list[str]) -> None:
+        from django_pgjobs.models import QueueControl
+
+        resumed = QueueControl.objects.resume(queues)
+        if resumed:
+            self.stdout.write(f"Resumed {', '.join(resumed)}; workers woken.")
+        else:
+            self.stdout.write(f"Not paused: {', '.join(queues)}. Nothing to do.")
+
+    def _set_limit(self, queue: str, max_running: int | None) -> None:
+        from django_pgjobs.models import QueueControl
+
+        changed = QueueControl.objects.set_limit(queue, max_running)
+        what = "no limit" if max_running is None else f"at most {max_running} running"
+        self.stdout.write(f"{queue}: {what}" + ("." if changed else " (already so)."))
+
+    def _schedules(self) -> None:
+        from django_pgjobs.models import Schedule
+
+        schedules = list(Schedule.objects.order_by("name"))
+        if not schedules:
+            self.stdout.write(
+                "No schedules: declare them with @job(schedule=...) or PGJOBS['SCHEDULES'] "
+                "(workers sync them as they start)."
+            )
+            return
+        header = ("schedule", "kind", "cron", "timezone", "state", "next run", "last run", "runs")
+        rows = [
+            (
+                schedule.name,
+                schedule.kind,
+                schedule.cron,
+                schedule.timezone,
+                "enabled"
+                if schedule.enabled
+                else ("retired" if not schedule.declared else "disabled"),
+                _when(schedule.next_run_at) if schedule.enabled else "-",
+                _when(schedule.last_run_at),
+                str(schedule.runs),
+            )
+            for schedule in schedules
+        ]
+        self._table(header, rows)
+
+    def _table(self, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+        for index, row in enumerate([header, *rows]):
+            self.stdout.write(
+                "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+            )
+            if index == 0:
+                self.stdout.write("  ".join("-" * width for width in widths))
+
+
+def _when(moment: datetime | None) -> str:
+    return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S %Z}"

@@ -1,0 +1,312 @@
+"""Queue controls: pause and resume, and a limit on a queue's running jobs across every
+replica, enforced at claim time by the database; `manage.py jobsctl`."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+
+from django_pgjobs import managers
+from django_pgjobs.exceptions import InvalidJobOption
+from django_pgjobs.models import Job, QueueControl
+from tests import jobs
+from tests.helpers import count, execute, other_connection, run_threads, wait_until
+from tests.processes import Workers, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RUNNING = "SELECT count(*) FROM pgjobs_job WHERE queue = %s AND state = 'running'"
+# A running job whose lease lapsed holds no slot (its worker is presumed dead).
+HOLDING = RUNNING + " AND claimed_until > now()"
+
+
+@contextmanager
+def sampled(statement: str, queue: str) -> Iterator[list[int]]:
+    """Sample `statement` for `queue` from a connection of its own every few ms, until the
+    block ends; yields the list of samples."""
+    samples: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        with other_connection() as conn:
+            while not done.is_set():
+                samples.append(conn.execute(statement, [queue]).fetchone()[0])
+                time.sleep(0.005)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        done.set()
+        thread.join(10)
+
+
+def claim(queues: list[str], n: int = 10, worker_id: str = "w") -> list[int]:
+    return [handle.id for handle in Job.objects.claim_batch(queues, n, worker_id)]
+
+
+class TestPause:
+    def test_a_paused_queue_is_claimed_by_no_replica_and_still_takes_enqueues(self) -> None:
+        assert QueueControl.objects.pause("mail") == ["mail"]
+        mail = [Job.objects.enqueue("demo.mail", queue="mail").id for _ in range(8)]
+        other = Job.objects.enqueue("demo.other", queue="other").id
+        claimed = run_threads(4, lambda i: claim(["mail", "other"], worker_id=f"replica-{i}"))
+        assert sorted(id_ for ids in claimed for id_ in ids) == [other]
+        assert count(where="queue = 'mail' AND state = 'pending'") == 8
+        assert QueueControl.objects.resume("mail") == ["mail"]
+        claimed = run_threads(4, lambda i: claim(["mail"], 2, worker_id=f"replica-{i}"))
+        assert sorted(id_ for ids in claimed for id_ in ids) == mail
+
+    def test_pause_and_resume_say_what_they_changed(self) -> None:
+        assert QueueControl.objects.pause(["a", "b"]) == ["a", "b"]
+        first = QueueControl.objects.get(name="a").paused_at
+        QueueControl.objects.pause("a")  # pausing again keeps the first pause's time
+        assert QueueControl.objects.get(name="a").paused_at == first
+        assert QueueControl.objects.resume(["a", "never-paused"]) == ["a"]
+        assert QueueControl.objects.resume("a") == []
+        assert [s.queue for s in QueueControl.objects.status() if s.paused] == ["b"]
+
+    def test_bad_queue_names_are_refused_and_nothing_is_written(self) -> None:
+        with pytest.raises(InvalidJobOption):
+            QueueControl.objects.pause(["ok", ""])
+        with pytest.raises(InvalidJobOption):
+            QueueControl.objects.set_limit("x" * 500, 2)
+        assert QueueControl.objects.count() == 0
+
+    def test_a_paused_queue_keeps_its_workers_idle_and_resume_wakes_them_at_once(
+        self, workers: Workers
+    ) -> None:
+        QueueControl.objects.pause("mail")
+        process = workers.start("--queue", "mail", "--poll-interval", "30")
+        wait_until(listening, timeout=20)
+        for label in ("a", "b", "c"):
+            jobs.record.using(queue="mail").enqueue(label=label)
+        time.sleep(1.0)  # every enqueue woke it; a paused queue gave it nothing
+        assert count("tests_note") == 0, process.output()
+        started = time.monotonic()
+        QueueControl.objects.resume("mail")
+        wait_until(lambda: count("tests_note") == 3, timeout=10)
+        assert time.monotonic() - started < 5  # woken, not polled (30 s)
+
+    def test_a_running_worker_notices_a_pause_at_its_next_claim(self, workers: Workers) -> None:
+        process = workers.start("--queue", "mail", "--poll-interval", "0.5")
+        jobs.record.using(queue="mail").enqueue(label="before")
+        wait_until(lambda: count("tests_note") == 1, timeout=20)
+        QueueControl.objects.pause("mail")
+        jobs.record.using(queue="mail").enqueue(label="while paused")
+        time.sleep(1.5)  # three poll intervals
+        assert count("tests_note") == 1, process.output()
+        assert count(where="queue = 'mail' AND state = 'pending'") == 1
+
+
+def listening() -> bool:
+    """True once a worker subprocess LISTENs (it then takes wake-ups)."""
+    rows = execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgjobs-test-worker'"
+        " AND query LIKE '%%LISTEN %%'"
+    )
+    return bool(rows[0][0])
+
+
+class TestLimit:
+    def test_claims_stop_at_the_limit_across_replicas(self) -> None:
+        QueueControl.objects.set_limit("capped", 3)
+        for _ in range(20):
+            Job.objects.enqueue("demo.t", queue="capped")
+        claimed = run_threads(4, lambda i: claim(["capped"], 8, worker_id=f"replica-{i}"))
+        assert sum(len(ids) for ids in claimed) == 3
+        assert execute(RUNNING, ["capped"])[0][0] == 3
+
+    def test_a_limited_queue_does_not_hold_back_the_other_queues_of_a_claim(self) -> None:
+        QueueControl.objects.set_limit("capped", 1)
+        for queue in ("capped", "capped", "free", "free"):
+            Job.objects.enqueue("demo.t", queue=queue)
+        handles = Job.objects.claim_batch(["capped", "free"], 10, "w")
+        assert sorted(handle.queue for handle in handles) == ["capped", "free", "free"]
+
+    def test_finished_jobs_give_their_slots_back(self) -> None:
+        QueueControl.objects.set_limit("capped", 2)
+        ids = [Job.objects.enqueue("demo.t", queue="capped").id for _ in range(5)]
+        first = Job.objects.claim_batch(["capped"], 5, "w")
+        assert [h.id for h in first] == ids[:2]
+        assert claim(["capped"]) == []
+        first[0].ack()
+        assert claim(["capped"]) == [ids[2]]
+
+    def test_a_lapsed_lease_frees_its_slot(self) -> None:
+        QueueControl.objects.set_limit("capped", 1)
+        ids = [Job.objects.enqueue("demo.t", queue="capped", lease=1).id for _ in range(2)]
+        held = Job.objects.claim_one("capped", "dead-worker")
+        assert claim(["capped"]) == []
+        execute(
+            "UPDATE pgjobs_job SET claimed_until = now() - interval '1 second' WHERE id = %s",
+            [held.id],
+        )
+        # The lapsed claim is rescued (attempt counted) and one job runs again: one slot.
+        again = claim(["capped"])
+        assert len(again) == 1 and set(again) <= set(ids)
+        assert execute(HOLDING, ["capped"])[0][0] == 1
+
+    def test_lifting_and_changing_a_limit_takes_effect_at_the_next_claim(self) -> None:
+        QueueControl.objects.set_limit("capped", 1)
+        for _ in range(4):
+            Job.objects.enqueue("demo.t", queue="capped")
+        assert len(claim(["capped"])) == 1
+        assert QueueControl.objects.set_limit("capped", 2) is True
+        assert QueueControl.objects.set_limit("capped", 2) is False
+        assert len(claim(["capped"])) == 1
+        QueueControl.objects.set_limit("capped", None)
+        assert len(claim(["capped"])) == 2
+
+    def test_a_limit_lifted_behind_a_stale_cache_is_claimed_normally(self) -> None:
+        QueueControl.objects.set_limit("capped", 1)
+        for _ in range(3):
+            Job.objects.enqueue("demo.t", queue="capped")
+        assert len(claim(["capped"])) == 1  # the claim cached the list of limited queues
+        execute("UPDATE pgjobs_queue SET max_running = NULL")  # behind the manager's back
+        assert len(claim(["capped"])) == 2
+
+    def test_a_limit_set_behind_a_stale_cache_is_still_obeyed(self) -> None:
+        for _ in range(3):
+            Job.objects.enqueue("demo.t", queue="capped")
+        assert claim(["capped"], 1)  # caches "no limited queue"
+        execute(
+            "INSERT INTO pgjobs_queue (name, paused, max_running, limit_from_settings)"
+            " VALUES ('capped', false, 1, false)"
+        )
+        assert claim(["capped"]) == []  # the fast path skips limited queues by itself
+        managers.forget_limits()
+        assert claim(["capped"]) == []  # 1 running of 1
+
+    def test_limits_are_validated(self) -> None:
+        for bad in (0, -1, 2.5, True, "3", 2**31):
+            with pytest.raises(InvalidJobOption):
+                QueueControl.objects.set_limit("capped", bad)
+        assert QueueControl.objects.count() == 0
+
+    def test_a_limit_from_settings_is_applied_by_workers_and_refused_by_set_limit(self) -> None:
+        with override_settings(PGJOBS={"QUEUES": {"capped": {"MAX_RUNNING": 2}}}):
+            QueueControl.objects.sync_settings()
+            control = QueueControl.objects.get(name="capped")
+            assert (control.max_running, control.limit_from_settings) == (2, True)
+            with pytest.raises(ValueError, match="MAX_RUNNING"):
+                QueueControl.objects.set_limit("capped", 5)
+        QueueControl.objects.set_limit("manual", 4)
+        QueueControl.objects.sync_settings()  # the setting is gone: its limit is lifted
+        assert QueueControl.objects.get(name="capped").max_running is None
+        assert QueueControl.objects.get(name="manual").max_running == 4
+
+    @pytest.mark.slow
+    def test_limit_k_holds_under_four_processes_of_concurrency_eight(
+        self, workers: Workers
+    ) -> None:
+        # 12 is more than one process's 8 slots: reaching it takes several replicas at once.
+        limit = 12
+        QueueControl.objects.set_limit("capped", limit)
+        ids = [
+            r.id
+            for r in Job.objects.enqueue_many(
+                [
+                    {"kind": "tests.record", "queue": "capped", "payload": {"sleep": 0.1}}
+                    for _ in range(240)
+                ]
+            )
+        ]
+        with sampled(RUNNING, "capped") as samples:
+            started = [
+                workers.start("--queue", "capped", "--concurrency", "8", "--poll-interval", "0.2")
+                for _ in range(4)
+            ]
+            wait_until(lambda: count(where="queue = 'capped'") == 0, timeout=120)
+        assert all(process.process.poll() is None for process in started)  # none crashed
+        assert len(samples) > 100
+        assert max(samples) == limit  # reached, never exceeded
+        ran = execute("SELECT job_id, count(*) FROM tests_note GROUP BY job_id")
+        assert sorted(job_id for job_id, _ in ran) == ids
+        assert all(runs == 1 for _, runs in ran)
+
+    @pytest.mark.slow
+    def test_a_killed_workers_slots_return_after_its_lease(self, workers: Workers) -> None:
+        QueueControl.objects.set_limit("capped", 2)
+        held = [
+            jobs.slow_first.using(queue="capped", lease=2).enqueue(seconds=60).id for _ in range(2)
+        ]
+        waiting = jobs.record.using(queue="capped").enqueue(label="waited").id
+        doomed = workers.start("--queue", "capped", "--concurrency", "4")
+        wait_for(lambda: count("tests_note") == 2, what="both slots to be taken")
+        with sampled(HOLDING, "capped") as samples:
+            time.sleep(1)
+            assert count("tests_note") == 2  # the third job waits for a slot
+            doomed.signal(signal.SIGKILL)
+            doomed.wait(10)
+            killed_at = time.monotonic()
+            workers.start("--queue", "capped", "--concurrency", "4", "--poll-interval", "0.5")
+            wait_until(lambda: count(where="queue = 'capped'") == 0, timeout=30)
+        assert time.monotonic() - killed_at < 15
+        assert max(samples) <= 2
+        texts = execute("SELECT job_id, attempt FROM tests_note WHERE text = 'start'")
+        assert sorted(texts) == sorted([(i, 1) for i in held] + [(i, 2) for i in held])
+        assert execute("SELECT count(*) FROM tests_note WHERE job_id = %s", [waiting])[0][0] == 1
+
+
+class TestJobsctl:
+    def run(self, *args: str) -> str:
+        out = StringIO()
+        call_command("jobsctl", *args, stdout=out)
+        return out.getvalue()
+
+    def test_status_is_a_table_per_queue(self) -> None:
+        with override_settings(PGJOBS={}):  # configured queues are listed even when empty
+            assert "No queues yet" in self.run("status")
+        Job.objects.enqueue("demo.t", queue="mail")
+        Job.objects.enqueue("demo.t", queue="mail", delay=600)
+        Job.objects.enqueue("demo.t", queue="reports")
+        Job.objects.claim_one("reports", "w")
+        self.run("pause", "mail")
+        self.run("limit", "reports", "4")
+        lines = self.run("status").splitlines()
+        assert lines[0].split() == [
+            "queue",
+            "runnable",
+            "scheduled",
+            "running",
+            "paused",
+            "dead",
+            "oldest",
+            "runnable",
+        ]
+        mail = next(line for line in lines if line.startswith("mail"))
+        reports = next(line for line in lines if line.startswith("reports"))
+        assert mail.split()[:5] == ["mail", "1", "1", "0", "yes"]
+        assert reports.split()[:6] == ["reports", "0", "0", "1", "of", "4"]
+
+    def test_pause_resume_and_limit_report_what_they_did(self) -> None:
+        assert "Paused mail" in self.run("pause", "mail")
+        assert QueueControl.objects.get(name="mail").paused
+        assert "Resumed mail" in self.run("resume", "mail")
+        assert "Not paused" in self.run("resume", "mail")
+        assert "at most 5 running." in self.run("limit", "mail", "5")
+        assert "(already so)" in self.run("limit", "mail", "5")
+        assert "no limit" in self.run("limit", "mail", "none")
+        assert QueueControl.objects.get(name="mail").max_running is None
+
+    def test_bad_arguments_are_specific_errors(self) -> None:
+        with pytest.raises(CommandError, match="not a limit"):
+            self.run("limit", "mail", "lots")
+        with pytest.raises(CommandError, match=">= 1"):
+            self.run("limit", "mail", "-2")
+        with (
+            override_settings(PGJOBS={"QUEUES": {"mail": {"MAX_RUNNING": 2}}}),
+            pytest.raises(CommandError, match="change it there"),
+        ):
+            self.run("limit", "mail", "3")
+        assert QueueControl.objects.count() == 0
