@@ -74,11 +74,21 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 PGJOBS = {
     "QUEUES": {
         "sessions": {"MAX_ATTEMPTS": 5, "BACKOFF_BASE": 2},
-        "ingestion": {"LEASE": 30, "BACKOFF_BASE": 5},
+        # The remote step is rate-limited: at most 4 ingestions at once, over all workers.
+        "ingestion": {"LEASE": 30, "BACKOFF_BASE": 5, "MAX_RUNNING": 4},
         "replay": {"MAX_ATTEMPTS": 20, "BACKOFF_BASE": 1, "BACKOFF_CAP": 60},
         "maintenance": {"MAX_ATTEMPTS": 3},
         # Short backoff so that the demo's retries happen while you watch.
         "demo": {"BACKOFF_BASE": 1, "BACKOFF_CAP": 2},
+    },
+    # Every worker evaluates these; each tick enqueues one job (needs the "cron" extra).
+    "SCHEDULES": {
+        "nightly-purge": {
+            "kind": "example_project.purge.jobs.purge_old_events",
+            "cron": "30 3 * * *",
+            "timezone": "Europe/Paris",
+            "payload": {"older_than_days": 30},
+        },
     },
 }
 

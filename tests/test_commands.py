@@ -7,9 +7,10 @@ import io
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import override_settings
 
 from django_pgjobs.management.commands.runjobs import StatusLine
-from django_pgjobs.models import Job
+from django_pgjobs.models import Job, Schedule
 from django_pgjobs.worker import WorkerStats
 from tests import jobs
 from tests.helpers import count, execute, lapse
@@ -63,3 +64,12 @@ def test_status_line_logs_periodically_when_not_a_terminal(caplog) -> None:
         status(WorkerStats(succeeded=4))
     assert stream.getvalue() == ""
     assert "processed 4" in caplog.text
+
+
+def test_runjobs_no_schedules_leaves_the_schedules_alone() -> None:
+    jobs.record.enqueue(label="only")
+    declared = {"SCHEDULES": {"s": {"kind": "tests.record", "cron": "* * * * *"}}}
+    with override_settings(PGJOBS=declared):
+        call_command("runjobs", max_jobs=1, no_schedules=True, no_status=True, sweep_interval=0)
+    assert count("tests_note") == 1
+    assert not Schedule.objects.exists()  # neither synced nor fired

@@ -140,6 +140,11 @@ class Command(BaseCommand):
             "Every installed app's jobs.py is imported anyway.",
         )
         parser.add_argument(
+            "--no-schedules",
+            action="store_true",
+            help="Run no periodic schedule from this worker (PGJOBS['SCHEDULER']).",
+        )
+        parser.add_argument(
             "--no-status",
             action="store_true",
             help="No live status line (one is shown on a terminal).",
@@ -162,6 +167,7 @@ class Command(BaseCommand):
                 poll_interval=options["poll_interval"],
                 shutdown_grace=options["shutdown_grace"],
                 sweep_interval=options["sweep_interval"],
+                schedules=False if options["no_schedules"] else None,
                 on_status=status,
             )
         except (InvalidJobOption, ValueError) as error:
