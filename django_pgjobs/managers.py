@@ -1180,6 +1180,11 @@ class ChaosExecutionManager(models.Manager["ChaosExecution"]):
             ),
         ]
 
+    def limit_lock_wait(self, seconds: float, *, using: str | None = None) -> None:
+        """Make the current transaction give up (LockNotAvailable) on a lock it waits for
+        longer than `seconds`."""
+        _fetchall(sql.LIMIT_LOCK_WAIT, {"timeout": f"{int(seconds * 1000)}ms"}, using)
+
     def clock(self, *, using: str | None = None) -> datetime:
         """The database's time now (S22): what a run stamps its faults with."""
         [(now,)] = _fetchall(sql.DATABASE_CLOCK, {}, using)

@@ -1016,6 +1016,12 @@ WHERE declared AND NOT (name = ANY(%(names)s::text[]))
 RETURNING name
 """
 
+LIMIT_LOCK_WAIT = """
+-- Give up on any lock this transaction waits for longer than %(timeout)s (a duration
+-- such as '2s'), instead of waiting for as long as its holder lives.
+SELECT set_config('lock_timeout', %(timeout)s, true)
+"""
+
 DATABASE_CLOCK = """
 -- The database's clock at this instant, not at the start of the transaction (S22).
 SELECT clock_timestamp()

@@ -4,11 +4,15 @@ every one of them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -20,7 +24,7 @@ import pytest
 from django_pgjobs.chaos import invariants
 from django_pgjobs.chaos.invariants import Evidence, Fault, FinalJob, judge
 from django_pgjobs.chaos.run import ChaosConfig
-from tests.helpers import count
+from tests.helpers import count, other_connection
 from tests.processes import ROOT, database_url_for_workers
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -226,15 +230,26 @@ def chaosjobs(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[s
         "DATABASE_URL": database_url_for_workers(),
         "PYTHONPATH": str(ROOT),
     }
-    return subprocess.run(
+    # A session of its own: if the run hangs, its workers die with it (a stopped one,
+    # left behind, would hold its locks and stall every later test).
+    process = subprocess.Popen(
         [sys.executable, "-m", "django", "chaosjobs", *args],
         cwd=ROOT,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        check=False,
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for signum in (signal.SIGCONT, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signum)
+        stdout, stderr = process.communicate()
+        raise AssertionError(f"chaosjobs hung past {timeout} s:\n{stdout}\n{stderr}") from None
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -271,3 +286,28 @@ def test_chaosjobs_refuses_bad_arguments_with_what_to_do() -> None:
     assert "--allow-db-restart" in result.stderr
     result = chaosjobs("--workers=0")
     assert result.returncode != 0 and "at least 1" in result.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_trigger_never_waits_long_for_a_row_its_own_fault_keeps_locked() -> None:
+    """A SIGSTOPped worker may hold its job's row in a fenced transaction; the run's loop,
+    which alone would send SIGCONT, must not wait for that lock: it gives the trigger up."""
+    from django_pgjobs.chaos.jobs import KEYED_KIND
+    from django_pgjobs.chaos.run import LOCK_WAIT_S, ChaosRun
+
+    run = ChaosRun(ChaosConfig(duration=1, workers=1, jobs=0))
+    shutil.rmtree(run.log_dir)  # no worker will write there
+    run._trigger(0)  # the key's first job
+    [job_id] = run.ledger.committed
+    with other_connection(autocommit=False) as stopped_worker:
+        stopped_worker.execute("SELECT 1 FROM pgjobs_job WHERE id = %s FOR UPDATE", [job_id])
+        started = time.monotonic()
+        run._trigger(0)  # would merge into that job: waits for its row
+        waited = time.monotonic() - started
+        stopped_worker.rollback()
+    assert LOCK_WAIT_S <= waited < LOCK_WAIT_S + 3
+    assert run.ledger.skipped_busy == 1
+    assert run.ledger.last_triggers == {run._key(0): 1}  # the given-up trigger is not owed
+    run._trigger(0)  # the lock is gone: merged
+    assert run.ledger.last_triggers == {run._key(0): 3}
+    assert count(where=f"kind = '{KEYED_KIND}'") == 1

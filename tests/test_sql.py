@@ -148,6 +148,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "backfill_limit": 10,
         "next_run_at": TICK,
     },
+    "LIMIT_LOCK_WAIT": {"timeout": "2000ms"},
     "RETIRE_SCHEDULES": {"names": ["s"]},
 }
 # Statements formatted with identifiers (psycopg.sql) before they run.
@@ -159,6 +160,7 @@ TABLELESS = {
     "LISTEN_CHANNEL",
     "TUNE_WORKER_SESSION",
     "DATABASE_CLOCK",
+    "LIMIT_LOCK_WAIT",
     "TERMINATE_BACKENDS",
 }
 

@@ -48,6 +48,11 @@ PROGRESS_S = 0.5
 DATABASE_PATIENCE_S = 120.0
 #: A worker that exits by itself this many times stops the run: it cannot start at all.
 MAX_SELF_EXITS = 3
+#: Longest wait of the run's own enqueues for a row lock (a keyed trigger waits for its
+#: job's fenced run, whose worker this run may have stopped).
+LOCK_WAIT_S = 2.0
+#: SQLSTATE of a lock wait that gave up (lock_timeout).
+LOCK_NOT_AVAILABLE = "55P03"
 
 
 class ChaosAborted(Exception):
@@ -123,6 +128,7 @@ class ChaosReport:
     verdicts: list[Verdict]
     jobs: int
     triggers: int
+    busy_triggers: int
     ghosts: int
     executions: int
     reruns: invariants.Reruns
@@ -179,6 +185,7 @@ class _Ledger:
     last_triggers: dict[str, int] = field(default_factory=dict)  # ... and committed
     uncertain_keys: set[str] = field(default_factory=set)
     triggers: int = 0
+    skipped_busy: int = 0  # triggers given up: their key's job was locked too long
     faults: list[Fault] = field(default_factory=list)
     missed: Counter[str] = field(default_factory=Counter)
     worker_exits: list[str] = field(default_factory=list)
@@ -235,6 +242,7 @@ class ChaosRun:
                 verdicts=verdicts,
                 jobs=len(self.ledger.committed),
                 triggers=self.ledger.triggers,
+                busy_triggers=self.ledger.skipped_busy,
                 ghosts=len(self.ledger.ghosts),
                 executions=len(evidence.executions),
                 reruns=invariants.count_reruns(evidence),
@@ -613,10 +621,21 @@ class ChaosRun:
         ids: list[int] = []
         try:
             with transaction.atomic(using=self.alias):
+                # A keyed trigger waits for the row lock of its job's fenced run; if this
+                # run stopped that worker (SIGSTOP), only this loop would resume it.
+                ChaosExecution.objects.limit_lock_wait(LOCK_WAIT_S, using=self.alias)
                 write(ids)
                 if roll_back:
                     transaction.set_rollback(True, using=self.alias)
-        except (OperationalError, InterfaceError) as error:
+        except OperationalError as error:
+            if getattr(error.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+                # Rolled back for sure: the trigger never happened. Try another later.
+                self.ledger.skipped_busy += 1
+                return [], False
+            self.on_event(f"an enqueue failed ({str(error).strip().splitlines()[0]}); going on")
+            self._reconnect()
+            return ids, False
+        except InterfaceError as error:
             self.on_event(f"an enqueue failed ({str(error).strip().splitlines()[0]}); going on")
             self._reconnect()
             return ids, False

@@ -211,7 +211,12 @@ class Command(BaseCommand):
         dead = ", ".join(f"{reason!r} {n}" for reason, n in report.dead.most_common())
         drain = f"{report.drain_s:.1f} s" if report.drain_s is not None else "did not drain"
         write("")
-        write(f"jobs committed     {report.jobs} ({report.triggers} keyed triggers)")
+        busy = (
+            f"; {report.busy_triggers} given up: their key's job stayed locked by a stopped worker"
+            if report.busy_triggers
+            else ""
+        )
+        write(f"jobs committed     {report.jobs} ({report.triggers} keyed triggers{busy})")
         write(f"rolled back        {report.ghosts} jobs in transactions that rolled back")
         write(f"executions         {report.executions}")
         reruns = report.reruns
