@@ -33,7 +33,27 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="pgjobs.E001",
             )
         ]
+    if alias != "default" and not _routed():
+        return [
+            checks.Warning(
+                f"PGJOBS['DATABASE'] is {alias!r}, but no database router sends "
+                "django_pgjobs' models there: the admin and migrate would use 'default'.",
+                hint="Add 'django_pgjobs.routers.JobsRouter' to DATABASE_ROUTERS.",
+                id="pgjobs.W002",
+            )
+        ]
     return []
+
+
+def _routed() -> bool:
+    """True when the configured routers send django_pgjobs' models to PGJOBS['DATABASE']."""
+    from django.db import router
+
+    from django_pgjobs.models import Job
+
+    return router.db_for_read(Job) == pgjobs_settings.DATABASE and bool(
+        router.allow_migrate(pgjobs_settings.DATABASE, "django_pgjobs", model_name="job")
+    )
 
 
 @checks.register(checks.Tags.compatibility)

@@ -1,0 +1,42 @@
+"""Keep django_pgjobs' tables on the jobs database, `PGJOBS["DATABASE"]`.
+
+    DATABASES = {"default": {...}, "jobs": {...}}
+    DATABASE_ROUTERS = ["django_pgjobs.routers.JobsRouter"]
+    PGJOBS = {"DATABASE": "jobs"}
+
+The queue's own calls name the jobs database themselves; the router is for the rest of
+Django: the admin's lists, `Job.objects.filter(...)` in your code, and `migrate`, which
+creates the tables only there (`python manage.py migrate --database jobs`).
+
+A job is enqueued in the same transaction as your writes only when they are on the same
+database: with a database of its own, `transaction.atomic(using="jobs")` covers the
+enqueue, not your `default` writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_pgjobs.conf import pgjobs_settings
+
+APP_LABEL = "django_pgjobs"
+
+
+class JobsRouter:
+    """Route django_pgjobs' models to PGJOBS["DATABASE"] and no other database."""
+
+    def db_for_read(self, model: type[Any], **hints: Any) -> str | None:
+        return pgjobs_settings.DATABASE if model._meta.app_label == APP_LABEL else None
+
+    def db_for_write(self, model: type[Any], **hints: Any) -> str | None:
+        return pgjobs_settings.DATABASE if model._meta.app_label == APP_LABEL else None
+
+    def allow_relation(self, obj1: Any, obj2: Any, **hints: Any) -> bool | None:
+        return None
+
+    def allow_migrate(
+        self, db: str, app_label: str, model_name: str | None = None, **hints: Any
+    ) -> bool | None:
+        if app_label == APP_LABEL:
+            return db == pgjobs_settings.DATABASE
+        return None
