@@ -36,6 +36,8 @@ class Sizes:
     recovery_jobs: int = 100
     recovery_lease_s: int = 5
     idle_seconds: float = 30.0
+    counts_rows: int = 1_000_000
+    counts_samples: int = 50
 
 
 SMOKE = Sizes(
@@ -50,6 +52,8 @@ SMOKE = Sizes(
     recovery_jobs=5,
     recovery_lease_s=2,
     idle_seconds=1.0,
+    counts_rows=5_000,
+    counts_samples=5,
 )
 
 INSERT_NOOPS = """
@@ -333,6 +337,70 @@ def scale(database: Database, sizes: Sizes) -> list[Figure]:
     ]
 
 
+INSERT_MIXED = """
+INSERT INTO pgjobs_job (queue, kind, state, priority, run_after, attempts, max_attempts,
+                        lease_s, payload, errors, created_at, claimed_by, claimed_at,
+                        claimed_until, worker_id)
+SELECT 'q' || (g %% 4), 'bench.noop', s.state, 0,
+       now() + CASE WHEN s.state = 'pending' AND g %% 3 = 0 THEN interval '1 day'
+                    ELSE interval '0' END,
+       CASE WHEN s.state = 'running' THEN 1 ELSE 0 END, 10, 60, '{}', '[]', now(),
+       CASE WHEN s.state = 'running' THEN gen_random_uuid() END,
+       CASE WHEN s.state = 'running' THEN now() END,
+       CASE WHEN s.state = 'running' THEN now() + interval '1 hour' END,
+       CASE WHEN s.state = 'running' THEN 'bench' END
+FROM generate_series(1, %(n)s) AS g
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN g %% 100 = 0 THEN 'running' ELSE 'pending' END AS state
+) AS s
+"""
+
+
+def counts(database: Database, sizes: Sizes) -> list[Figure]:
+    """The per-queue state counts the admin's glance and the metrics' gauges read, with
+    `counts_rows` rows in the live table (two thirds runnable, one third scheduled, 1 %
+    running: as many as a large fleet's slots) and as many dead letters, over four
+    queues."""
+    from django_pgjobs.models import Job, QueueControl
+
+    database.reset_jobs()
+    with database.connect() as conn:
+        conn.execute(INSERT_MIXED, {"n": sizes.counts_rows})
+        conn.execute(INSERT_DEAD.replace("'default'", "'q' || (g %% 4)"), {"n": sizes.counts_rows})
+        conn.execute("VACUUM ANALYZE pgjobs_job")
+        conn.execute("VACUUM ANALYZE pgjobs_dead")
+    figures = []
+    for name, read in (
+        ("Job.objects.overview() (metrics gauges)", Job.objects.overview),
+        ("QueueControl.objects.status() (admin glance, jobsctl)", QueueControl.objects.status),
+    ):
+        read()  # connect, and warm the caches as a running process has them
+        timings = []
+        for _ in range(sizes.counts_samples):
+            started = time.perf_counter()
+            read()
+            timings.append(time.perf_counter() - started)
+        timings.sort()
+        median_ms = statistics.median(timings) * 1000
+        figures.append(
+            Figure(
+                "counts",
+                f"{name} with {sizes.counts_rows:,} live + {sizes.counts_rows:,} dead rows",
+                median_ms,
+                "ms",
+                target="<= 50 ms",
+                met=median_ms <= 50,
+                details={
+                    "samples": sizes.counts_samples,
+                    "max_ms": timings[-1] * 1000,
+                    "p95_ms": timings[int(0.95 * (len(timings) - 1))] * 1000,
+                },
+            )
+        )
+    database.reset_jobs()
+    return figures
+
+
 def recovery(database: Database, sizes: Sizes) -> list[Figure]:
     """kill -9 a worker holding jobs; time until another worker has done them all."""
     from django_pgjobs.models import Job
@@ -434,4 +502,5 @@ BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
     "scale": scale,
     "recovery": recovery,
     "footprint": footprint,
+    "counts": counts,
 }

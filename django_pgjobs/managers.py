@@ -134,7 +134,7 @@ class JobRecord:
 _RECORD_FIELDS = tuple(f.name for f in fields(JobRecord))
 
 #: Counts for the admin stop at this many rows; past it they are the planner's estimate.
-COUNT_CAP = 10_000
+COUNT_CAP = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -614,21 +614,19 @@ class JobManager(models.Manager["Job"]):
         if not queues:
             return []
         rows = _fetchall(sql.QUEUE_OVERVIEW, {"queues": queues, "cap": COUNT_CAP}, using)
-        estimates = (
-            sql.ESTIMATE_RUNNABLE,
-            sql.ESTIMATE_SCHEDULED,
-            sql.ESTIMATE_RUNNING,
-            sql.ESTIMATE_DEAD,
-        )
         overview = []
-        for queue, *counts, oldest in rows:
-            exact = [
+        for queue, runnable_n, scheduled_n, running_n, dead_n, oldest in rows:
+            runnable, scheduled, dead = (
                 Count(int(value))
                 if value <= COUNT_CAP
                 else Count(_estimate(statement, queue, using), estimated=True)
-                for value, statement in zip(counts, estimates, strict=True)
-            ]
-            runnable, scheduled, running, dead = exact
+                for value, statement in (
+                    (runnable_n, sql.ESTIMATE_RUNNABLE),
+                    (scheduled_n, sql.ESTIMATE_SCHEDULED),
+                    (dead_n, sql.ESTIMATE_DEAD),
+                )
+            )
+            running = Count(int(running_n))  # exact: as many as the workers' slots at most
             overview.append(
                 QueueOverview(queue, runnable, scheduled, running, dead, oldest_runnable_s=oldest)
             )

@@ -796,9 +796,16 @@ SELECT queue FROM dead_queues WHERE queue IS NOT NULL
 """
 
 QUEUE_OVERVIEW = """
--- Per queue: runnable, scheduled, running and dead jobs, each counted up to
--- %(cap)s + 1 rows along an index (a count at the cap is estimated by the caller), and
--- the age of the oldest runnable job in seconds, by the database clock.
+-- Per queue: runnable, scheduled and dead jobs, each counted up to %(cap)s + 1 rows along
+-- an index (a count at the cap is estimated by the caller); running jobs, counted
+-- exactly in one pass (there are at most as many as the workers' slots); and the age of
+-- the oldest runnable job in seconds, by the database clock.
+WITH running AS (
+    SELECT j.queue, count(*) AS n
+    FROM pgjobs_job AS j
+    WHERE j.state = 'running' AND j.queue = ANY(%(queues)s::text[])
+    GROUP BY j.queue
+)
 SELECT q.name,
        (SELECT count(*) FROM (SELECT 1 FROM pgjobs_job AS j
                               WHERE j.state = 'pending' AND j.queue = q.name
@@ -808,9 +815,7 @@ SELECT q.name,
                               WHERE j.state = 'pending' AND j.queue = q.name
                                 AND j.run_after > now()
                               LIMIT %(cap)s + 1) AS c),
-       (SELECT count(*) FROM (SELECT 1 FROM pgjobs_job AS j
-                              WHERE j.state = 'running' AND j.queue = q.name
-                              LIMIT %(cap)s + 1) AS c),
+       coalesce((SELECT r.n FROM running AS r WHERE r.queue = q.name), 0),
        (SELECT count(*) FROM (SELECT 1 FROM pgjobs_dead AS d WHERE d.queue = q.name
                               LIMIT %(cap)s + 1) AS c),
        (SELECT extract(epoch FROM now() - min(j.run_after))::float8 FROM pgjobs_job AS j
@@ -831,12 +836,6 @@ ESTIMATE_SCHEDULED = """
 EXPLAIN (FORMAT JSON)
 SELECT 1 FROM pgjobs_job
 WHERE state = 'pending' AND queue = %(queue)s AND run_after > now()
-"""
-
-ESTIMATE_RUNNING = """
--- The planner's estimate of a queue's running jobs (for counts past the cap).
-EXPLAIN (FORMAT JSON)
-SELECT 1 FROM pgjobs_job WHERE state = 'running' AND queue = %(queue)s
 """
 
 ESTIMATE_DEAD = """

@@ -108,7 +108,6 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "QUEUE_OVERVIEW": {"queues": ["default"], "cap": 100},
     "ESTIMATE_RUNNABLE": {"queue": "default"},
     "ESTIMATE_SCHEDULED": {"queue": "default"},
-    "ESTIMATE_RUNNING": {"queue": "default"},
     "ESTIMATE_DEAD": {"queue": "default"},
     "RECORD_STATS": {"queues": ["default"], "succeeded": [1], "retried": [0], "dead": [0]},
     "THROUGHPUT": {"minutes": 5},
