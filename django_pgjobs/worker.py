@@ -48,6 +48,8 @@ logger = logging.getLogger("django_pgjobs.worker")
 HEARTBEAT_FRACTION = 1 / 3
 #: Longest wait between attempts to reach a database that went away.
 RECONNECT_BACKOFF_CAP_S = 30.0
+#: SQLSTATE of a write refused by a read-only server or transaction.
+READ_ONLY_SQL_TRANSACTION = "25006"
 #: Seconds between two writes of this worker's per-minute counts (the admin's chart).
 STATS_INTERVAL_S = 10.0
 #: After the first of a batch of jobs finishes, wait up to this long for the rest, so
@@ -175,6 +177,7 @@ class Worker:
         self._next_due: float | None = None
         self._db_retry_at = 0.0
         self._db_failures = 0
+        self._read_only_warned = False
         self._stop_requested = threading.Event()
         self._stop_deadline: float | None = None
         self._signals = 0
@@ -618,14 +621,27 @@ class Worker:
         delay = min(RECONNECT_BACKOFF_CAP_S, 0.25 * 2 ** min(self._db_failures, 8))
         delay *= random.uniform(0.5, 1.0)
         self._db_retry_at = time.monotonic() + delay
-        log = logger.warning if self._db_failures == 1 else logger.info
-        log(
-            "database error during %s (%s: %s); reconnecting in %.1fs",
-            what,
-            type(error).__name__,
-            str(error).strip().splitlines()[0] if str(error).strip() else "",
-            delay,
-        )
+        refused = read_only(error)
+        # The first failure of a streak is a warning, and so is the first read-only
+        # refusal in it (a failover shows as a lost connection, then refused writes).
+        warn = self._db_failures == 1 or (refused and not self._read_only_warned)
+        self._read_only_warned = self._read_only_warned or refused
+        log = logger.warning if warn else logger.info
+        if refused:
+            log(
+                "the database refused a write during %s: it is read-only (a standby after a "
+                "failover, or the URL of a replica?); reconnecting in %.1fs",
+                what,
+                delay,
+            )
+        else:
+            log(
+                "database error during %s (%s: %s); reconnecting in %.1fs",
+                what,
+                type(error).__name__,
+                str(error).strip().splitlines()[0] if str(error).strip() else "",
+                delay,
+            )
         with contextlib.suppress(DatabaseError):
             connections[self.using].close()
         self._maybe_more = True
@@ -634,6 +650,7 @@ class Worker:
         if self._db_failures:
             logger.warning("database reachable again after %s failed attempts", self._db_failures)
         self._db_failures = 0
+        self._read_only_warned = False
 
     # Status ------------------------------------------------------------------------
 
@@ -740,6 +757,12 @@ def reset_connections() -> None:
                 connection.errors_occurred = False
             else:
                 connection.close()
+
+
+def read_only(error: BaseException) -> bool:
+    """True when `error` is PostgreSQL refusing a write on a read-only server (25006)."""
+    cause = error if isinstance(error, psycopg.Error) else error.__cause__
+    return getattr(cause, "sqlstate", None) == READ_ONLY_SQL_TRANSACTION
 
 
 def _seconds(value: float | timedelta | None, default: float | timedelta) -> float:

@@ -9,6 +9,8 @@ import uuid
 
 import psycopg
 import pytest
+from django.db import connection
+from psycopg import sql as pgsql
 
 from django_pgjobs.models import Job
 from tests import jobs
@@ -110,6 +112,56 @@ def test_worker_reconnects_after_its_connections_are_terminated(workers: Workers
     assert ran == set(ids)
     assert count("pgjobs_dead") == 0
     assert "database error" in process.output() or "LISTEN connection lost" in process.output()
+
+
+def test_a_worker_on_a_read_only_server_backs_off_then_resumes(workers: Workers) -> None:
+    """After a failover the worker's reconnect may land on a server that refuses writes:
+    it says so, backs off instead of spinning, and carries on once writes are accepted."""
+    database = connection.settings_dict["NAME"]
+    process = workers.start("--poll-interval", "0.2", "--sweep-interval", "0", "--no-schedules")
+    jobs.record.enqueue(label="before")
+    wait_for(lambda: count("tests_note") == 1, what="the first job")
+    try:
+        with other_connection() as admin:
+            admin.execute(
+                pgsql.SQL("ALTER DATABASE {} SET default_transaction_read_only = on").format(
+                    pgsql.Identifier(database)
+                )
+            )
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND application_name = %s",
+                [WORKER_APPLICATION_NAME],
+            )
+        # This session predates the change and still writes.
+        waiting = [jobs.record.enqueue(label=f"during {i}").id for i in range(3)]
+        wait_for(lambda: "read-only" in process.output(), what="the worker to notice")
+        # Backing off, not spinning: each attempt is a fresh connection (the refused one
+        # is dropped), and over 3 s they are few.
+        backends: set[int] = set()
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            backends.update(
+                pid
+                for (pid,) in execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                    [WORKER_APPLICATION_NAME],
+                )
+            )
+            time.sleep(0.02)
+        assert len(backends) <= 10, process.output()
+        assert count("tests_note") == 1
+    finally:
+        with other_connection() as admin:
+            admin.execute("SET default_transaction_read_only = off")  # this session's own
+            admin.execute(
+                pgsql.SQL("ALTER DATABASE {} RESET default_transaction_read_only").format(
+                    pgsql.Identifier(database)
+                )
+            )
+    wait_for(lambda: count() == 0, timeout=45, what="the jobs to run once writes are accepted")
+    assert {r[0] for r in execute("SELECT job_id FROM tests_note")} >= set(waiting)
+    assert process.process.poll() is None  # it never exited
 
 
 def test_s25_sigterm_lets_running_jobs_finish_then_exits_zero(workers: Workers) -> None:
