@@ -26,7 +26,7 @@ from typing import Any
 
 from django.db import DatabaseError, transaction
 
-from django_pgjobs import registry
+from django_pgjobs import registry, signals
 from django_pgjobs.exceptions import Fail, InvalidPayload, LeaseLost, Retry
 from django_pgjobs.handles import Failure, JobHandle
 from django_pgjobs.options import encode_result
@@ -85,6 +85,7 @@ class Executor:
             handle.attempt,
             handle.max_attempts,
         )
+        signals.send(signals.job_started, handle.kind, handle=handle)
         if definition.atomic:
             return self._run_atomic(handle, definition, started)
         return self._run_leased(handle, definition, started)
@@ -190,6 +191,7 @@ class Executor:
             delay=delay,
         )
         _log(outcome)
+        signals.run_ended(outcome)
         return outcome
 
 

@@ -78,6 +78,10 @@ class JobHandle:
     using: str
     #: Set once this claim's completion (ack, retry, fail or release) has committed.
     finished: bool = field(default=False)
+    #: How that completion ended the run ("succeeded", "retried", "dead"), and a dead
+    #: letter's reason: what the signals report of a handler that completed its claim.
+    ended: str | None = field(default=None)
+    dead_reason: str | None = field(default=None)
 
     @property
     def job_id(self) -> int:

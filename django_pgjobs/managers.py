@@ -19,7 +19,7 @@ import psycopg
 from django.db import connections, models, transaction
 from django.db.models.functions import Now
 
-from django_pgjobs import options, registry, sql
+from django_pgjobs import options, registry, signals, sql
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.exceptions import InvalidJobOption, InvalidSchedule
 from django_pgjobs.handles import Failure, JobHandle
@@ -252,6 +252,13 @@ class JobManager(models.Manager["Job"]):
             (row,) = _fetchall(sql.ENQUEUE_JOB, params, using)
         result = EnqueueResult(id=row[0], inserted=row[1])
         result.created_at = row[2]
+        signals.send(
+            signals.job_enqueued,
+            resolved.kind,
+            job_id=result.id,
+            queue=resolved.queue,
+            inserted=result.inserted,
+        )
         return result
 
     def enqueue_many(
@@ -289,10 +296,20 @@ class JobManager(models.Manager["Job"]):
             EnqueueResult(id=row[0], inserted=row[1])
             for row in _fetchall(sql.ENQUEUE_JOBS, params, using)
         ]
-        return [
+        results = [
             written[row] if first else EnqueueResult(id=written[row].id, inserted=False)
             for row, first in positions
         ]
+        if signals.job_enqueued.receivers:
+            for written_job, result in zip(resolved, results, strict=True):
+                signals.send(
+                    signals.job_enqueued,
+                    written_job.kind,
+                    job_id=result.id,
+                    queue=written_job.queue,
+                    inserted=result.inserted,
+                )
+        return results
 
     def _resolve_mapping(self, job: Mapping[str, Any]) -> options.ResolvedJob:
         if not isinstance(job, Mapping):
@@ -427,7 +444,7 @@ class JobManager(models.Manager["Job"]):
             **_bookkeeping(_batch_alias(handles)),
         }
         ((acked, _woken, _),) = _fetchall(sql.ACK_JOBS, params, _batch_alias(handles))
-        _mark_finished(handles)
+        _mark_finished(handles, [(signals.SUCCEEDED, None)] * len(handles))
         return int(acked)
 
     def retry_batch(
@@ -455,7 +472,15 @@ class JobManager(models.Manager["Job"]):
         ((retried, promoted, dead, _woken, _),) = _fetchall(
             sql.RETRY_JOBS, params, _batch_alias(handles)
         )
-        _mark_finished(handles)
+        _mark_finished(
+            handles,
+            [
+                (signals.DEAD, signals.MAX_ATTEMPTS_EXCEEDED)
+                if handle.attempt >= handle.max_attempts
+                else (signals.RETRIED, None)
+                for handle in handles
+            ],
+        )
         return int(retried) + int(promoted) + int(dead)
 
     def fail_batch(self, failures: Sequence[tuple[JobHandle, Failure]]) -> int:
@@ -474,7 +499,7 @@ class JobManager(models.Manager["Job"]):
             **_bookkeeping(_batch_alias(handles)),
         }
         ((dead, promoted, _woken, _),) = _fetchall(sql.FAIL_JOBS, params, _batch_alias(handles))
-        _mark_finished(handles)
+        _mark_finished(handles, [(signals.DEAD, failure.error) for _, failure in failures])
         return int(dead) + int(promoted)
 
     def heartbeat_batch(
@@ -1247,12 +1272,17 @@ def _batch_alias(handles: Sequence[JobHandle]) -> str:
     return aliases.pop()
 
 
-def _mark_finished(handles: Sequence[JobHandle]) -> None:
-    """Mark the handles finished once the current transaction commits (now, if none)."""
+def _mark_finished(
+    handles: Sequence[JobHandle], ended: Sequence[tuple[str, str | None]] | None = None
+) -> None:
+    """Mark the handles finished once the current transaction commits (now, if none),
+    with how each ended (signals.SUCCEEDED ... and a dead letter's reason), if given."""
 
     def mark() -> None:
-        for handle in handles:
+        for index, handle in enumerate(handles):
             handle.finished = True
+            if ended is not None:
+                handle.ended, handle.dead_reason = ended[index]
 
     transaction.on_commit(mark, using=_batch_alias(handles))
 

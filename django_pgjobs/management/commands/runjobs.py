@@ -140,6 +140,16 @@ class Command(BaseCommand):
             "Every installed app's jobs.py is imported anyway.",
         )
         parser.add_argument(
+            "--metrics-port",
+            type=positive_int,
+            help="Serve Prometheus metrics on this port (needs django-pgjobs[prometheus]).",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="0.0.0.0",
+            help="Address the metrics server listens on (default 0.0.0.0).",
+        )
+        parser.add_argument(
             "--no-schedules",
             action="store_true",
             help="Run no periodic schedule from this worker (PGJOBS['SCHEDULER']).",
@@ -156,6 +166,8 @@ class Command(BaseCommand):
             _import(module)
         queues = options["queues"] or default_queues()
         self._check_database(queues)
+        if options["metrics_port"]:
+            self._serve_metrics(options["metrics_port"], options["metrics_addr"])
         status = None if options["no_status"] else StatusLine(sys.stderr)
         try:
             worker = Worker(
@@ -197,6 +209,24 @@ class Command(BaseCommand):
                 f"Cannot reach the jobs database '{pgjobs_settings.DATABASE}': "
                 f"{str(error).strip().splitlines()[0]}. Check DATABASES and that PostgreSQL runs."
             ) from None
+
+    def _serve_metrics(self, port: int, addr: str) -> None:
+        from django.core.exceptions import ImproperlyConfigured
+
+        try:
+            from django_pgjobs import metrics
+
+            metrics.serve(port, addr)
+        except ImproperlyConfigured as error:
+            raise CommandError(str(error)) from None
+        except OSError as error:
+            raise CommandError(
+                f"--metrics-port {port}: cannot listen on {addr}:{port} ({error}). "
+                "Pick a free port."
+            ) from None
+        logging.getLogger("django_pgjobs.worker").info(
+            "metrics served at http://%s:%s/metrics", addr, port
+        )
 
 
 def _import(module: str) -> None:
