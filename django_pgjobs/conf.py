@@ -92,6 +92,10 @@ class Settings:
     #: waiting for the WAL flush; a database crash may lose their last moments, and those
     #: jobs run again, as after a worker crash. Enqueues are never affected.
     ASYNC_BOOKKEEPING: bool = True
+    #: A connection string for the worker's LISTEN connection, straight to PostgreSQL,
+    #: when DATABASES points at a transaction-mode pooler (PgBouncer), which cannot carry
+    #: LISTEN. None: connect as the jobs database's settings say.
+    LISTEN_DSN: str | None = None
 
     # Limits
     #: Largest payload accepted, in bytes of its JSON text.
@@ -211,6 +215,13 @@ class Settings:
         for name in ("DATABASE", "DEFAULT_QUEUE", "CHANNEL"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be a non-empty string.")
+        if self.LISTEN_DSN is not None and (
+            not isinstance(self.LISTEN_DSN, str) or not self.LISTEN_DSN.strip()
+        ):
+            raise ImproperlyConfigured(
+                "PGJOBS['LISTEN_DSN'] must be a connection string (or None), "
+                f"not {self.LISTEN_DSN!r}."
+            )
         for name in ("NOTIFY", "PREPARE", "ASYNC_BOOKKEEPING", "SCHEDULER"):
             if not isinstance(getattr(self, name), bool):
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be True or False.")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
+import uuid
 from typing import Any
 
 import psycopg
@@ -18,13 +20,17 @@ from django_pgjobs import sql
 
 logger = logging.getLogger("django_pgjobs.worker")
 
+#: How long a new LISTEN connection is given to receive its probe.
+PROBE_TIMEOUT_S = 2.0
+
 
 class Listener:
     """A psycopg connection of its own, in autocommit, LISTENing on `channel`."""
 
-    def __init__(self, *, using: str, channel: str) -> None:
+    def __init__(self, *, using: str, channel: str, dsn: str | None = None) -> None:
         self.using = using
         self.channel = channel
+        self.dsn = dsn
         self._conn: psycopg.Connection[Any] | None = None
 
     @property
@@ -34,13 +40,34 @@ class Listener:
     def connect(self) -> None:
         """Open the connection and LISTEN. Raises psycopg.Error when the server is away."""
         self.close()
-        params = connections[self.using].get_connection_params()
-        for django_only in ("cursor_factory", "context", "prepare_threshold"):
-            params.pop(django_only, None)
-        conn = psycopg.connect(**params, autocommit=True)
+        if self.dsn is not None:
+            conn = psycopg.connect(self.dsn, autocommit=True)
+        else:
+            params = connections[self.using].get_connection_params()
+            for django_only in ("cursor_factory", "context", "prepare_threshold"):
+                params.pop(django_only, None)
+            conn = psycopg.connect(**params, autocommit=True)
         statement = pgsql.SQL(sql.LISTEN_CHANNEL).format(channel=pgsql.Identifier(self.channel))
         conn.execute(statement)
         self._conn = conn
+
+    def receives(self, timeout: float = PROBE_TIMEOUT_S) -> bool:
+        """Send a probe through the jobs database's connection (the way enqueues notify)
+        and say whether this connection receives it within `timeout` seconds.
+
+        Raises DatabaseError when the probe cannot be sent.
+        """
+        if self._conn is None:
+            return False
+        token = f"pgjobs-probe:{uuid.uuid4()}"
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(sql.PROBE_LISTENER, {"channel": self.channel, "token": token})
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            for notify in self._conn.notifies(timeout=left, stop_after=1):
+                if notify.payload == token:
+                    return True
+        return False
 
     def fileno(self) -> int:
         if self._conn is None:

@@ -883,6 +883,12 @@ LISTEN_CHANNEL = """
 LISTEN {channel}
 """
 
+PROBE_LISTENER = """
+-- Send %(token)s on the wake-up channel: a LISTEN connection that receives it is one
+-- that notifications reach (through a transaction-mode pooler, they do not).
+SELECT pg_notify(%(channel)s, %(token)s)
+"""
+
 TUNE_WORKER_SESSION = """
 -- Plan each prepared statement once on this connection and never JIT-compile: the
 -- worker's own connection runs nothing but the queue's short, index-bound statements.

@@ -170,7 +170,10 @@ class Worker:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
-        self._listener = Listener(using=self.using, channel=pgjobs_settings.CHANNEL)
+        self._listener = Listener(
+            using=self.using, channel=pgjobs_settings.CHANNEL, dsn=pgjobs_settings.LISTEN_DSN
+        )
+        self._listener_probed = False
         self._listener_retry_at = 0.0
         self._maybe_more = True
         self._next_poll = 0.0
@@ -596,12 +599,30 @@ class Worker:
             return
         try:
             self._listener.connect()
+            if not self._listener_probed:
+                self._listener_probed = True
+                if not self._listener.receives():
+                    self._listen_off()
+                    return
         except (psycopg.Error, DatabaseError) as error:
+            self._listener.close()
             self._listener_retry_at = now + min(RECONNECT_BACKOFF_CAP_S, self.poll_interval * 2)
             logger.warning("LISTEN connection failed (%s); polling until it is back", error)
             return
         # Whatever was notified while it was down: look now.
         self._maybe_more = True
+
+    def _listen_off(self) -> None:
+        """Notifications do not reach the LISTEN connection: poll only, and say why."""
+        self._listener.close()
+        self.listen = False
+        self._maybe_more = True
+        logger.warning(
+            "LISTEN receives no notifications on this connection (is it a transaction-mode "
+            "pooler such as PgBouncer?): polling every %gs instead. Set PGJOBS['LISTEN_DSN'] "
+            "to a direct connection string to PostgreSQL for instant wake-ups.",
+            self.poll_interval,
+        )
 
     def _drain_listener(self) -> None:
         try:

@@ -6,6 +6,7 @@ starts nothing (settings are imported before conftest runs).
 """
 
 import os
+from typing import Any
 
 from django_pgjobs.localdb import database_settings
 
@@ -66,7 +67,12 @@ TEMPLATES = [
     }
 ]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-PGJOBS = {"QUEUES": {"slow": {"LEASE": 120, "MAX_ATTEMPTS": 3, "BACKOFF_BASE": 2}}}
+PGJOBS: dict[str, Any] = {"QUEUES": {"slow": {"LEASE": 120, "MAX_ATTEMPTS": 3, "BACKOFF_BASE": 2}}}
+# Workers the suite starts behind PgBouncer (tests/test_pgbouncer.py) are told so here.
+if os.environ.get("PGJOBS_PREPARE") == "0":
+    PGJOBS["PREPARE"] = False
+if os.environ.get("PGJOBS_LISTEN_DSN"):
+    PGJOBS["LISTEN_DSN"] = os.environ["PGJOBS_LISTEN_DSN"]
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

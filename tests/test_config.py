@@ -55,6 +55,8 @@ def test_settings_are_read_at_access_time() -> None:
         ({"QUEUES": {"q": {"MAX_RUNNING": 0}}}, "MAX_RUNNING"),
         ({"QUEUES": {"q": {"MAX_RUNNING": "4"}}}, "MAX_RUNNING"),
         ({"SCHEDULER": 1}, "SCHEDULER"),
+        ({"LISTEN_DSN": ""}, "LISTEN_DSN"),
+        ({"LISTEN_DSN": 5432}, "LISTEN_DSN"),
     ],
 )
 def test_invalid_settings_fail_the_system_check(pgjobs: dict, message: str) -> None:

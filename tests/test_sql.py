@@ -149,6 +149,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     },
     "LIMIT_LOCK_WAIT": {"timeout": "2000ms"},
     "RETIRE_SCHEDULES": {"names": ["s"]},
+    "PROBE_LISTENER": {"channel": "pgjobs", "token": "pgjobs-probe:x"},
 }
 # Statements formatted with identifiers (psycopg.sql) before they run.
 IDENTIFIERS = {"LISTEN_CHANNEL": {"channel": "pgjobs"}}
@@ -161,6 +162,7 @@ TABLELESS = {
     "DATABASE_CLOCK",
     "LIMIT_LOCK_WAIT",
     "TERMINATE_BACKENDS",
+    "PROBE_LISTENER",
 }
 
 
