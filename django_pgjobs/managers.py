@@ -639,16 +639,15 @@ class JobManager(models.Manager["Job"]):
         if not queues:
             return []
         rows = _fetchall(sql.QUEUE_OVERVIEW, {"queues": queues, "cap": COUNT_CAP}, using)
+        estimates = (sql.ESTIMATE_RUNNABLE, sql.ESTIMATE_SCHEDULED, sql.ESTIMATE_DEAD)
         overview = []
         for queue, runnable_n, scheduled_n, running_n, dead_n, oldest in rows:
             runnable, scheduled, dead = (
                 Count(int(value))
                 if value <= COUNT_CAP
                 else Count(_estimate(statement, queue, using), estimated=True)
-                for value, statement in (
-                    (runnable_n, sql.ESTIMATE_RUNNABLE),
-                    (scheduled_n, sql.ESTIMATE_SCHEDULED),
-                    (dead_n, sql.ESTIMATE_DEAD),
+                for value, statement in zip(
+                    (runnable_n, scheduled_n, dead_n), estimates, strict=True
                 )
             )
             running = Count(int(running_n))  # exact: as many as the workers' slots at most
