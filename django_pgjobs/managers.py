@@ -252,13 +252,7 @@ class JobManager(models.Manager["Job"]):
             (row,) = _fetchall(sql.ENQUEUE_JOB, params, using)
         result = EnqueueResult(id=row[0], inserted=row[1])
         result.created_at = row[2]
-        signals.send(
-            signals.job_enqueued,
-            resolved.kind,
-            job_id=result.id,
-            queue=resolved.queue,
-            inserted=result.inserted,
-        )
+        _announce_enqueued([resolved], [result])
         return result
 
     def enqueue_many(
@@ -300,15 +294,7 @@ class JobManager(models.Manager["Job"]):
             written[row] if first else EnqueueResult(id=written[row].id, inserted=False)
             for row, first in positions
         ]
-        if signals.job_enqueued.receivers:
-            for written_job, result in zip(resolved, results, strict=True):
-                signals.send(
-                    signals.job_enqueued,
-                    written_job.kind,
-                    job_id=result.id,
-                    queue=written_job.queue,
-                    inserted=result.inserted,
-                )
+        _announce_enqueued(resolved, results)
         return results
 
     def _resolve_mapping(self, job: Mapping[str, Any]) -> options.ResolvedJob:
@@ -730,6 +716,22 @@ class DeadJobManager(models.Manager["DeadJob"]):
         `retention_s` ago: the default retention, for queues without their own."""
         params = {"queues": list(queues), "retention_s": retention_s, "limit": limit}
         return _rowcount(sql.PRUNE_DEAD_OUTSIDE_QUEUES, params, using)
+
+
+def _announce_enqueued(
+    jobs: Sequence[options.ResolvedJob], results: Sequence[EnqueueResult]
+) -> None:
+    """Send job_enqueued for each job written (when anyone listens)."""
+    if not signals.job_enqueued.receivers:
+        return
+    for job, result in zip(jobs, results, strict=True):
+        signals.send(
+            signals.job_enqueued,
+            job.kind,
+            job_id=result.id,
+            queue=job.queue,
+            inserted=result.inserted,
+        )
 
 
 def _claimed_handles(rows: Sequence[Any], alias: str) -> list[JobHandle]:
