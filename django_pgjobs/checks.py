@@ -33,16 +33,25 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="pgjobs.E001",
             )
         ]
-    if alias != "default" and not _routed():
-        return [
-            checks.Warning(
-                f"PGJOBS['DATABASE'] is {alias!r}, but no database router sends "
-                "django_pgjobs' models there: the admin and migrate would use 'default'.",
-                hint="Add 'django_pgjobs.routers.JobsRouter' to DATABASE_ROUTERS.",
-                id="pgjobs.W002",
-            )
-        ]
     return []
+
+
+@checks.register(checks.Tags.compatibility)
+def check_router(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """pgjobs.W002: a jobs database other than 'default' has a router sending the models."""
+    alias = pgjobs_settings.DATABASE
+    if not isinstance(alias, str) or alias == "default" or alias not in settings.DATABASES:
+        return []  # E001 reports a missing alias
+    if _routed():
+        return []
+    return [
+        checks.Warning(
+            f"PGJOBS['DATABASE'] is {alias!r}, but no database router sends "
+            "django_pgjobs' models there: the admin and migrate would use 'default'.",
+            hint="Add 'django_pgjobs.routers.JobsRouter' to DATABASE_ROUTERS.",
+            id="pgjobs.W002",
+        )
+    ]
 
 
 def _routed() -> bool:
