@@ -13,7 +13,7 @@ from django.urls import reverse
 from django_pgjobs import managers
 from django_pgjobs.models import DeadJob, Job, JobStats, QueueControl, Schedule
 from django_pgjobs.schedules import Scheduler
-from tests.helpers import count, execute, row
+from tests.helpers import count, execute, row, seconds_from_now
 
 pytestmark = pytest.mark.django_db
 
@@ -158,15 +158,7 @@ def test_run_now_action(admin_client: Client, jobs: dict) -> None:
         follow=True,
     )
     assert "1 job set to run now." in response.content.decode()
-    assert (
-        float(
-            execute(
-                "SELECT extract(epoch FROM run_after - now()) FROM pgjobs_job WHERE id = %s",
-                [jobs["scheduled"]],
-            )[0][0]
-        )
-        <= 0
-    )
+    assert seconds_from_now("run_after", jobs["scheduled"]) <= 0
 
 
 def test_cancel_asks_first_then_dead_letters_as_cancelled(admin_client: Client, jobs: dict) -> None:
@@ -229,15 +221,7 @@ def test_view_only_staff_see_everything_and_can_run_no_action(viewer: Client, jo
     for url, data in attempts:
         viewer.post(url, data)
     assert count() == 4 and count("pgjobs_dead") == 2
-    assert (
-        float(
-            execute(
-                "SELECT extract(epoch FROM run_after - now()) FROM pgjobs_job WHERE id = %s",
-                [jobs["scheduled"]],
-            )[0][0]
-        )
-        > 3000
-    )
+    assert seconds_from_now("run_after", jobs["scheduled"]) > 3000
 
 
 def test_a_forged_post_without_csrf_changes_nothing(jobs: dict) -> None:
