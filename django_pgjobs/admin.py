@@ -34,6 +34,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
 from django_pgjobs import registry
+from django_pgjobs.managers import running_of_limit
 from django_pgjobs.models import DeadJob, Job, QueueControl, Schedule
 from django_pgjobs.states import JobState
 
@@ -362,11 +363,11 @@ class QueueControlAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        # List every queue that has jobs or dead letters, not only the controlled ones.
-        QueueControl.objects.ensure(
-            set(Job.objects.queue_names()) | set(Job.objects.queue_names(dead=True))
-        )
-        context = {"glance": QueueControl.objects.status(), "chart": throughput_chart()}
+        # List every queue of the glance (with jobs or dead letters, or configured), not
+        # only the controlled ones.
+        glance = QueueControl.objects.status()
+        QueueControl.objects.ensure([status.queue for status in glance])
+        context = {"glance": glance, "chart": throughput_chart()}
         return super().changelist_view(request, {**(extra_context or {}), **context})
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[QueueControl]:
@@ -382,8 +383,7 @@ class QueueControlAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description="running (of limit)")
     def running_of_limit(self, obj: QueueControl) -> str:
-        running = getattr(obj, "running", 0)
-        return f"{running} of {obj.max_running}" if obj.max_running else str(running)
+        return running_of_limit(getattr(obj, "running", 0), obj.max_running)
 
     def save_model(self, request: HttpRequest, obj: QueueControl, form: Any, change: bool) -> None:
         # Through the manager, so that a resume or a new limit wakes the workers.

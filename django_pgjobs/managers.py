@@ -889,7 +889,12 @@ class QueueStatus(QueueOverview):
 
     @property
     def running_of_limit(self) -> str:
-        return f"{self.running} of {self.max_running}" if self.max_running else str(self.running)
+        return running_of_limit(self.running, self.max_running)
+
+
+def running_of_limit(running: Count | int, max_running: int | None) -> str:
+    """A queue's running jobs, and its limit if it has one: "3 of 5", or "3"."""
+    return f"{running} of {max_running}" if max_running else str(running)
 
 
 class QueueControlManager(models.Manager["QueueControl"]):
