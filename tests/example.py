@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from tests.helpers import conninfo, other_connection
-from tests.processes import ROOT
+from tests.processes import manage_py
 
 
 def database_url(name: str) -> str:
@@ -34,16 +32,7 @@ def scratch_database() -> Iterator[str]:
 
 
 def manage(url: str, *args: str, timeout: float = 180) -> str:
-    result = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=example_env(url),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+    return manage_py(example_env(url), *args, timeout=timeout)
 
 
 def example_env(url: str) -> dict[str, str]:

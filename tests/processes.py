@@ -28,6 +28,31 @@ def database_url_for_workers() -> str:
     return f"postgresql://{auth}{host}{port}/{quote(settings['NAME'])}"
 
 
+def manage_py(env: dict[str, str], *args: str, timeout: float = 180) -> str:
+    """Run `manage.py ARGS` in a subprocess with exactly `env`; fail the test unless it
+    exits 0; return what it printed."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def suite_env(settings: str = "tests.settings", **extra: str) -> dict[str, str]:
+    """The environment of a subprocess that runs with the test suite's code and settings."""
+    return {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": settings,
+        **extra,
+    }
+
+
 class WorkerProcess:
     """One `manage.py runjobs` process; its output goes to a file read on demand."""
 

@@ -4,9 +4,6 @@ settings of their own (tests/settings_two_databases.py)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import psycopg
 import pytest
 from django.conf import settings
@@ -14,7 +11,7 @@ from django.core import checks
 from django.test import override_settings
 
 from tests.example import scratch_database
-from tests.processes import ROOT
+from tests.processes import manage_py, suite_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -34,23 +31,10 @@ print("routed", Job.objects.count(), Job.objects.db)
 
 
 def run(app_url: str, jobs_url: str, *args: str) -> str:
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(ROOT),
-        "DJANGO_SETTINGS_MODULE": "tests.settings_two_databases",
-        "DATABASE_URL": app_url,
-        "JOBS_DATABASE_URL": jobs_url,
-    }
-    result = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
+    env = suite_env(
+        "tests.settings_two_databases", DATABASE_URL=app_url, JOBS_DATABASE_URL=jobs_url
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+    return manage_py(env, *args)
 
 
 def tables(url: str) -> set[str]:

@@ -4,8 +4,6 @@ work through it, so a worker detects that and polls, or listens on LISTEN_DSN.""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -15,7 +13,7 @@ from django_pgjobs.models import QueueControl
 from tests import jobs
 from tests.helpers import count, execute
 from tests.pgbouncer import available, pgbouncer
-from tests.processes import ROOT, Workers, database_url_for_workers, wait_for
+from tests.processes import Workers, database_url_for_workers, manage_py, suite_env, wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -62,21 +60,7 @@ print("enqueued", Job.objects.count())
 
 
 def manage(url: str, *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "PYTHONPATH": str(ROOT),
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            **through(url),
-        },
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+    return manage_py(suite_env(**through(url)), *args, timeout=120)
 
 
 def test_workers_drain_every_kind_of_job_through_pgbouncer(pooled: str, workers: Workers) -> None:
