@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
+from django.dispatch import Signal
 
 from django_pgjobs import signals
 from django_pgjobs.conf import pgjobs_settings
@@ -80,16 +81,23 @@ class JobMetrics:
 
     def connect(self) -> None:
         """Count from now on (the receivers are held strongly, once per instance)."""
-        uid = f"pgjobs-metrics-{id(self)}"
-        signals.job_enqueued.connect(self._on_enqueued, weak=False, dispatch_uid=f"{uid}-e")
-        signals.job_started.connect(self._on_started, weak=False, dispatch_uid=f"{uid}-s")
-        signals.job_finished.connect(self._on_finished, weak=False, dispatch_uid=f"{uid}-f")
+        for signal, receiver, uid in self._receivers():
+            signal.connect(receiver, weak=False, dispatch_uid=uid)
 
     def disconnect(self) -> None:
-        uid = f"pgjobs-metrics-{id(self)}"
-        signals.job_enqueued.disconnect(dispatch_uid=f"{uid}-e")
-        signals.job_started.disconnect(dispatch_uid=f"{uid}-s")
-        signals.job_finished.disconnect(dispatch_uid=f"{uid}-f")
+        for signal, _, uid in self._receivers():
+            signal.disconnect(dispatch_uid=uid)
+
+    def _receivers(self) -> list[tuple[Signal, Callable[..., None], str]]:
+        """Each signal this instance counts, its receiver, and the receiver's uid."""
+        return [
+            (signal, receiver, f"pgjobs-metrics-{id(self)}-{signal_name}")
+            for signal_name, signal, receiver in (
+                ("enqueued", signals.job_enqueued, self._on_enqueued),
+                ("started", signals.job_started, self._on_started),
+                ("finished", signals.job_finished, self._on_finished),
+            )
+        ]
 
     def _on_enqueued(self, sender: str, *, queue: str, **kwargs: Any) -> None:
         self.enqueued.labels(queue, sender).inc()
