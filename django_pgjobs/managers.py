@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -34,23 +34,6 @@ if TYPE_CHECKING:
         QueueControl,
         Schedule,
     )
-
-#: The enqueue options a job given to enqueue_many may carry.
-ENQUEUE_MANY_KEYS = frozenset(
-    {
-        "kind",
-        "payload",
-        "queue",
-        "key",
-        "priority",
-        "run_after",
-        "delay",
-        "max_attempts",
-        "lease",
-        "expires",
-        "result_retention",
-    }
-)
 
 
 class _EnqueueRow(NamedTuple):
@@ -265,56 +248,29 @@ class JobManager(models.Manager["Job"]):
         """Write many jobs in one statement (S5), with the same rules as `enqueue`.
 
         Each job is a mapping of `enqueue`'s arguments (`kind` required). Jobs sharing a
-        (kind, key) merge in order, as if enqueued one after another. All are validated
-        before anything is written.
+        (kind, key) merge in order, as if enqueued one after another. Nothing is written
+        when any job is invalid.
+
+        A batch of more than ENQUEUE_CHUNK jobs is one statement per ENQUEUE_CHUNK jobs,
+        sent in one pipeline inside one transaction (a savepoint in the caller's): the
+        server writes each while the next is validated, which one statement for all
+        cannot do.
 
         Returns:
             One EnqueueResult per job, in the order given.
         """
-        on_conflict = options.validate_conflict_mode(on_conflict)
-        resolved: list[options.ResolvedJob] = []
-        for index, job in enumerate(jobs):
-            try:
-                resolved.append(self._resolve_mapping(job))
-            except InvalidJobOption as error:
-                raise type(error)(f"jobs[{index}]: {error}") from None
-        if not resolved:
-            return []
-        rows, positions = _fold_duplicate_keys(resolved, on_conflict)
-        params = {
-            "jobs": "[" + ",".join([job.as_json_row() for job in rows]) + "]",
-            "on_conflict": on_conflict,
-            **_wake_params(),
-        }
-        written = [
-            EnqueueResult(id=row[0], inserted=row[1])
-            for row in _fetchall(sql.ENQUEUE_JOBS, params, using)
-        ]
-        results = [
-            written[row] if first else EnqueueResult(id=written[row].id, inserted=False)
-            for row, first in positions
-        ]
-        _announce_enqueued(resolved, results)
+        batch = _EnqueueBatch(options.validate_conflict_mode(on_conflict))
+        if isinstance(jobs, Sized) and len(jobs) <= ENQUEUE_CHUNK:
+            # One document: every job is validated before it is sent.
+            chunks = _write_documents(batch.documents(jobs), using)
+        else:
+            # A document is written while the next is validated: a job found invalid
+            # later rolls back the documents sent before it.
+            with transaction.atomic(using=_alias(using)):
+                chunks = _write_documents(batch.documents(jobs), using)
+        results = batch.results(chunks)
+        _announce_enqueued(batch.jobs, results)
         return results
-
-    def _resolve_mapping(self, job: Mapping[str, Any]) -> options.ResolvedJob:
-        if not isinstance(job, Mapping):
-            raise InvalidJobOption(f"Each job must be a mapping of enqueue options, not {job!r}.")
-        unknown = job.keys() - ENQUEUE_MANY_KEYS
-        if unknown:
-            raise InvalidJobOption(
-                f"Unknown option(s) {sorted(unknown)}; a job may give {sorted(ENQUEUE_MANY_KEYS)}."
-            )
-        if "kind" not in job:
-            raise InvalidJobOption("A job needs a 'kind'.")
-        values = {name: job[name] for name in job if name not in ("kind", "payload")}
-        kind = job["kind"]
-        return options.resolve_job(
-            kind,
-            job.get("payload"),
-            defaults=registry.decorator_defaults(kind) if isinstance(kind, str) else None,
-            **values,
-        )
 
     # Claim -------------------------------------------------------------------------
 
@@ -793,6 +749,43 @@ def _fetchall(statement: str, params: Mapping[str, Any], using: str | None) -> l
 def _rowcount(statement: str, params: Mapping[str, Any], using: str | None) -> int:
     with _executed(statement, params, using) as cursor:
         return int(cursor.rowcount)
+
+
+def _write_documents(documents: Iterable[Mapping[str, Any]], using: str | None) -> list[list[Any]]:
+    """Run ENQUEUE_JOBS for each document (ENQUEUE_KEYLESS_JOBS when it has no keys), and
+    return each run's rows.
+
+    psycopg's pipeline mode sends each run as soon as its document is made, without
+    waiting for the one before: the server writes while the caller validates the next.
+    The runs join the caller's transaction, as in _executed; an exception from
+    `documents` ends the pipeline and comes out (the caller rolls back what was sent).
+    """
+    connection = connections[_alias(using)]
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    raw = connection.connection
+    prepare = _prepares(connection)
+    started = time.monotonic()
+    cursors: list[psycopg.Cursor[Any]] = []
+    sent: list[str] = []
+    try:
+        with connection.wrap_database_errors, raw.pipeline():
+            for params in documents:
+                statement = sql.ENQUEUE_JOBS if params["keyed"] else sql.ENQUEUE_KEYLESS_JOBS
+                cursor = psycopg.Cursor(raw)
+                cursors.append(cursor)
+                sent.append(statement)
+                cursor.execute(statement, params, prepare=prepare)
+        with connection.wrap_database_errors:
+            return [cursor.fetchall() for cursor in cursors]
+    finally:
+        for cursor in cursors:
+            cursor.close()
+        if connection.queries_logged:
+            elapsed = f"{(time.monotonic() - started) / max(len(sent), 1):.3f}"
+            connection.queries_log.extend(
+                {"sql": statement.strip(), "time": elapsed} for statement in sent
+            )
 
 
 @contextmanager
@@ -1293,32 +1286,94 @@ def _mark_finished(
     transaction.on_commit(mark, using=_batch_alias(handles))
 
 
+#: Jobs per statement of enqueue_many: big enough that a statement's cost is its rows,
+#: small enough that the server starts writing soon after the call starts.
+ENQUEUE_CHUNK = 2000
+
+
+class _EnqueueBatch:
+    """The jobs of one enqueue_many, validated and cut into ENQUEUE_JOBS' documents."""
+
+    def __init__(self, on_conflict: str) -> None:
+        self.on_conflict = on_conflict
+        self.jobs: list[options.ResolvedJob] = []
+        self._positions: list[list[tuple[int, bool]]] = []
+
+    def documents(self, jobs: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
+        """ENQUEUE_JOBS' parameters for each ENQUEUE_CHUNK jobs, validated as they come.
+
+        Raises:
+            InvalidJobOption: naming the job's index; its chunk is not yielded.
+        """
+        resolver = options.BatchResolver()
+        chunk: list[options.ResolvedJob] = []
+        rows: list[str] = []
+        for index, job in enumerate(jobs):
+            try:
+                resolved, row = resolver.resolve(job)
+            except InvalidJobOption as error:
+                raise type(error)(f"jobs[{index}]: {error}") from None
+            chunk.append(resolved)
+            rows.append(row)
+            if len(chunk) == ENQUEUE_CHUNK:
+                yield self._document(chunk, rows)
+                chunk, rows = [], []
+        if chunk:
+            yield self._document(chunk, rows)
+
+    def _document(self, chunk: list[options.ResolvedJob], rows: list[str]) -> dict[str, Any]:
+        self.jobs += chunk
+        written, positions = _fold_duplicate_keys(chunk, rows, self.on_conflict)
+        self._positions.append(positions)
+        return {
+            "jobs": "[" + ",".join(written) + "]",
+            "keyed": any(job.key is not None for job in chunk),
+            "on_conflict": self.on_conflict,
+            **_wake_params(),
+        }
+
+    def results(self, chunks: Sequence[Sequence[Any]]) -> list[EnqueueResult]:
+        """One EnqueueResult per job, in order, from the rows each document returned."""
+        results: list[EnqueueResult] = []
+        for rows, positions in zip(chunks, self._positions, strict=True):
+            written = [EnqueueResult(id=row[0], inserted=row[1]) for row in rows]
+            results += [
+                written[row] if first else EnqueueResult(id=written[row].id, inserted=False)
+                for row, first in positions
+            ]
+        return results
+
+
 def _fold_duplicate_keys(
-    jobs: list[options.ResolvedJob], on_conflict: str
-) -> tuple[list[options.ResolvedJob], list[tuple[int, bool]]]:
+    jobs: list[options.ResolvedJob], rows: list[str], on_conflict: str
+) -> tuple[list[str], list[tuple[int, bool]]]:
     """Merge jobs sharing a (kind, key) into the first of them, in order (S3 within a batch).
 
-    Returns the rows to write and, per input job, (row index, whether it is that row's
-    first job). ON CONFLICT cannot change one row twice in a statement, so a batch must
-    never carry one key twice.
+    `rows[i]` is `jobs[i]`'s row of ENQUEUE_JOBS' document. Returns the rows to write
+    and, per job, (row index, whether it is that row's first job). ON CONFLICT cannot
+    change one row twice in a statement, so a document must never carry one key twice;
+    documents that follow one another merge in the database, with the same result.
     """
-    rows: list[options.ResolvedJob] = []
+    written: list[str] = []
     positions: list[tuple[int, bool]] = []
-    row_of_key: dict[tuple[str, str], int] = {}
-    for job in jobs:
+    first_of_key: dict[tuple[str, str], tuple[int, options.ResolvedJob]] = {}
+    for job, row in zip(jobs, rows, strict=True):
         if job.key is None:
-            positions.append((len(rows), True))
-            rows.append(job)
+            positions.append((len(written), True))
+            written.append(row)
             continue
-        existing = row_of_key.get((job.kind, job.key))
-        if existing is None:
-            row_of_key[(job.kind, job.key)] = len(rows)
-            positions.append((len(rows), True))
-            rows.append(job)
+        seen = first_of_key.get((job.kind, job.key))
+        if seen is None:
+            first_of_key[(job.kind, job.key)] = (len(written), job)
+            positions.append((len(written), True))
+            written.append(row)
             continue
-        positions.append((existing, False))
-        rows[existing] = _fold(rows[existing], job, on_conflict)
-    return rows, positions
+        index, merged = seen
+        merged = _fold(merged, job, on_conflict)
+        first_of_key[(job.kind, job.key)] = (index, merged)
+        written[index] = merged.as_json_row()
+        positions.append((index, False))
+    return written, positions
 
 
 def _fold(
@@ -1327,9 +1382,8 @@ def _fold(
     if on_conflict == "ignore":
         return first
     if on_conflict == "keep_schedule":
-        return replace(first, payload_json=later.payload_json, expires_s=later.expires_s)
-    return replace(
-        first,
+        return first._replace(payload_json=later.payload_json, expires_s=later.expires_s)
+    return first._replace(
         payload_json=later.payload_json,
         delay_s=later.delay_s,
         run_after=later.run_after,

@@ -12,11 +12,10 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
-from django_pgjobs import exceptions
+from django_pgjobs import exceptions, registry
 from django_pgjobs.conf import pgjobs_settings
 
 QUEUE_NAME_MAX_LENGTH: Final = 100
@@ -40,8 +39,7 @@ MAX_DURATION_S: Final = 100 * 365 * 86_400
 UNSET: Final[Any] = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
 
 
-@dataclass(frozen=True, slots=True)
-class ResolvedJob:
+class ResolvedJob(NamedTuple):
     """One job's row values, validated and resolved, ready for ENQUEUE_JOB(S)."""
 
     queue: str
@@ -56,23 +54,31 @@ class ResolvedJob:
     expires_s: float | None
     result_ttl_s: int | None
 
-    def as_json_row(self) -> str:
-        """This job as a row of ENQUEUE_JOBS' JSON document (the payload spliced in as is)."""
-        head = json.dumps(
+    def json_head(self) -> str:
+        """The start of this job's row of ENQUEUE_JOBS' JSON document: every value but the
+        key and payload, which the row ends with (jobs of one batch mostly share it)."""
+        return _JSON.encode(
             [
                 self.queue,
                 self.kind,
-                self.key,
                 self.priority,
                 self.delay_s,
                 None if self.run_after is None else self.run_after.isoformat(),
                 self.max_attempts,
                 self.lease_s,
                 self.expires_s,
-            ],
-            ensure_ascii=False,
-        )
-        return f"{head[:-1]},{self.payload_json},{json.dumps(self.result_ttl_s)}]"
+                self.result_ttl_s,
+            ]
+        )[:-1]
+
+    def as_json_row(self, head: str | None = None) -> str:
+        """This job as a row of ENQUEUE_JOBS' JSON document (the payload spliced in as is).
+
+        Args:
+            head: `json_head()` of a job with the same options, when the caller has it.
+        """
+        key = "null" if self.key is None else _JSON.encode(self.key)
+        return f"{self.json_head() if head is None else head},{key},{self.payload_json}]"
 
     def as_params(self) -> dict[str, Any]:
         return {
@@ -154,6 +160,75 @@ def resolve_job(
         expires_s=expires_s,
         result_ttl_s=result_ttl_s,
     )
+
+
+#: The enqueue options a job given to enqueue_many may carry.
+ENQUEUE_MANY_KEYS: Final = frozenset(
+    {
+        "kind",
+        "payload",
+        "queue",
+        "key",
+        "priority",
+        "run_after",
+        "delay",
+        "max_attempts",
+        "lease",
+        "expires",
+        "result_retention",
+    }
+)
+
+
+class BatchResolver:
+    """Validate and resolve the jobs of one enqueue_many, each a mapping of enqueue's
+    arguments, into ResolvedJobs and their rows of ENQUEUE_JOBS' JSON document.
+
+    The jobs of a batch mostly differ in payload and key only, so each distinct set of
+    the other options (with the kind) is resolved, and its row head written, once.
+    """
+
+    def __init__(self) -> None:
+        self._resolved: dict[tuple[Any, ...], tuple[ResolvedJob, str]] = {}
+
+    def resolve(self, job: Any) -> tuple[ResolvedJob, str]:
+        """Return the job resolved and its JSON row, or raise InvalidJobOption."""
+        if type(job) is not dict and not isinstance(job, Mapping):
+            raise exceptions.InvalidJobOption(
+                f"Each job must be a mapping of enqueue options, not {job!r}."
+            )
+        unknown = job.keys() - ENQUEUE_MANY_KEYS
+        if unknown:
+            raise exceptions.InvalidJobOption(
+                f"Unknown option(s) {sorted(unknown)}; a job may give {sorted(ENQUEUE_MANY_KEYS)}."
+            )
+        if "kind" not in job:
+            raise exceptions.InvalidJobOption("A job needs a 'kind'.")
+        # Types are part of the identity: 1, 1.0 and True are equal, not equally valid.
+        given = tuple(
+            (name, type(value), value)
+            for name, value in job.items()
+            if name != "payload" and name != "key"
+        )
+        try:
+            template, head = self._resolved[given]
+        except KeyError:
+            template, head = self._resolved[given] = self._template(given)
+        except TypeError:  # an unhashable option, which resolving rejects
+            template, head = self._template(given)
+        key = validate_key(job.get("key"))
+        payload_json = encode_payload(job.get("payload"))
+        resolved = ResolvedJob(template[0], template[1], key, payload_json, *template[4:])
+        key_json = "null" if key is None else _JSON.encode(key)
+        return resolved, f"{head},{key_json},{payload_json}]"
+
+    @staticmethod
+    def _template(given: tuple[Any, ...]) -> tuple[ResolvedJob, str]:
+        values = {name: value for name, _, value in given}
+        kind = values.pop("kind")
+        defaults = registry.decorator_defaults(kind) if isinstance(kind, str) else None
+        template = resolve_job(kind, defaults=defaults, **values)
+        return template, template.json_head()
 
 
 #: Names already found valid: most enqueues name a handful of queues and kinds.
@@ -369,6 +444,11 @@ def encode_payload(payload: Any) -> str:
     """
     if payload is None:
         return "{}"
+    limit = pgjobs_settings.MAX_PAYLOAD_BYTES
+    if type(payload) is dict:
+        text = _plain_json(payload)
+        if text is not None and len(text) <= limit:
+            return text
     if not isinstance(payload, dict):
         raise exceptions.InvalidPayload(
             f"Payload must be a dict (a JSON object), not {type(payload).__name__}."
@@ -381,7 +461,6 @@ def encode_payload(payload: Any) -> str:
         raise exceptions.InvalidPayload(
             "Payload holds a string that is not valid Unicode text (a lone surrogate)."
         ) from None
-    limit = pgjobs_settings.MAX_PAYLOAD_BYTES
     if size > limit:
         raise exceptions.InvalidPayload(
             f"Payload is {size} bytes of JSON; the limit is {limit} "
@@ -394,6 +473,9 @@ def encode_result(result: Any) -> str | None:
     """Return a job's result as JSON text (None for None), or raise InvalidPayload."""
     if result is None:
         return None
+    text = _plain_json(result)
+    if text is not None:
+        return text
     _check_json_value(result, "result", 0)
     text = _JSON.encode(result)
     try:
@@ -406,8 +488,56 @@ def encode_result(result: Any) -> str | None:
 
 
 _SCALARS = (str, int, float, bool, type(None))
+_EXACT_SCALARS: Final = frozenset(_SCALARS)
 #: One encoder for payloads and results (values already checked by _check_json_value).
 _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _plain_json(value: Any) -> str | None:
+    """The JSON text of `value` when it is plainly fine, else None (then _check_json_value
+    decides, and says what is wrong).
+
+    The quick answer for the common value: built of the exact JSON types, with string keys,
+    at most PAYLOAD_MAX_DEPTH deep (_of_json_types), and whose text is short enough that no
+    integer in it can reach PAYLOAD_INT_MAX_DIGITS, holds no escaped NUL, encodes without
+    NaN or infinity, and is ASCII or valid UTF-8. Anything else, including subclasses of
+    the JSON types, takes the full check.
+    """
+    if not _of_json_types(value, 0):
+        return None
+    try:
+        text = _JSON.encode(value)
+    except ValueError:  # NaN or infinity
+        return None
+    if len(text) >= PAYLOAD_INT_MAX_DIGITS or "\\u0000" in text:
+        return None
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+    return text
+
+
+def _of_json_types(value: Any, depth: int) -> bool:
+    """Whether `value` holds only str, int, float, bool, None, list, tuple and dict (exactly
+    those types), dicts keyed by str, nested at most PAYLOAD_MAX_DEPTH deep."""
+    kind = type(value)
+    if kind in _EXACT_SCALARS:
+        return True
+    if depth >= PAYLOAD_MAX_DEPTH:
+        return False
+    if kind is dict:
+        for key in value:
+            if type(key) is not str:
+                return False
+        value = value.values()
+    elif kind is not list and kind is not tuple:
+        return False
+    for item in value:
+        if type(item) not in _EXACT_SCALARS and not _of_json_types(item, depth + 1):
+            return False
+    return True
 
 
 def _check_json_value(value: Any, path: str, depth: int) -> None:

@@ -178,33 +178,49 @@ woke AS (
 SELECT id, inserted, created_at, (SELECT count(*) FROM woke) FROM merged
 """
 
-ENQUEUE_JOBS = f"""
--- Insert many jobs in one statement (S5), merging keyed ones as ENQUEUE_JOB does. The
--- jobs travel as one JSON array of rows [queue, kind, key, priority, delay_s, run_after,
--- max_attempts, lease_s, expires_s, payload, result_ttl_s]: one parameter the server
--- parses in C, where arrays of strings would be escaped element by element client-side.
--- Rows come back in input order; the caller folds duplicate keys beforehand, because
--- ON CONFLICT cannot change one row twice in a statement.
-WITH merged AS (
-    INSERT INTO pgjobs_job AS job (
+# The rows of ENQUEUE_JOBS' document %(jobs)s, a JSON array of rows [queue, kind, priority,
+# delay_s, run_after, max_attempts, lease_s, expires_s, result_ttl_s, key, payload]: one
+# parameter the server parses in C, where arrays of strings would be escaped element by
+# element client-side. Inserted in input order, so rows come back in input order.
+_INSERT_DOCUMENT = """INSERT INTO pgjobs_job AS job (
         queue, kind, key, state, priority, run_after, attempts, max_attempts, lease_s,
         expires_at, payload, errors, result_ttl_s, created_at)
-    SELECT i.row ->> 0, i.row ->> 1, i.row ->> 2, 'pending', (i.row ->> 3)::smallint,
-           coalesce(now() + make_interval(secs => (i.row ->> 4)::float8),
-                    (i.row ->> 5)::timestamptz, now()),
-           0, (i.row ->> 6)::int, (i.row ->> 7)::int,
-           now() + make_interval(secs => (i.row ->> 8)::float8),
-           i.row -> 9, '[]'::jsonb, (i.row ->> 10)::int, now()
+    SELECT i.row ->> 0, i.row ->> 1, i.row ->> 9, 'pending', (i.row ->> 2)::smallint,
+           coalesce(now() + make_interval(secs => (i.row ->> 3)::float8),
+                    (i.row ->> 4)::timestamptz, now()),
+           0, (i.row ->> 5)::int, (i.row ->> 6)::int,
+           now() + make_interval(secs => (i.row ->> 7)::float8),
+           i.row -> 10, '[]'::jsonb, (i.row ->> 8)::int, now()
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS i(row, n)
-    ORDER BY i.n
-    {_MERGE_INTO_LIVE_JOB}
-),
-woke AS (
-    -- One NOTIFY per queue: PostgreSQL would fold them anyway, this skips the calls.
+    ORDER BY i.n"""
+
+# One NOTIFY per queue of the CTE `merged`'s runnable rows, and the ids of its rows.
+# PostgreSQL would fold the NOTIFYs anyway; this skips the calls.
+_WAKE_AND_RETURN_IDS = """woke AS (
     SELECT pg_notify(%(channel)s, q.queue)
     FROM (SELECT DISTINCT queue FROM merged WHERE %(notify)s AND runnable) AS q
 )
-SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
+SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged"""
+
+ENQUEUE_JOBS = f"""
+-- Insert many jobs in one statement (S5), merging keyed ones as ENQUEUE_JOB does.
+-- The caller folds duplicate keys beforehand, because ON CONFLICT cannot change one row
+-- twice in a statement.
+WITH merged AS (
+    {_INSERT_DOCUMENT}
+    {_MERGE_INTO_LIVE_JOB}
+),
+{_WAKE_AND_RETURN_IDS}
+"""
+
+ENQUEUE_KEYLESS_JOBS = f"""
+-- ENQUEUE_JOBS for a document whose jobs have no key: with nothing to merge, the rows
+-- skip ON CONFLICT's check of the key index (a tenth of the statement's time).
+WITH merged AS (
+    {_INSERT_DOCUMENT}
+    RETURNING job.id, true AS inserted, job.queue, job.run_after <= now() AS runnable
+),
+{_WAKE_AND_RETURN_IDS}
 """
 
 _CLAIM_PICKED = f"""claimed AS (

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
+from unittest import mock
 
 import psycopg
 import pytest
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.test import override_settings
 
-from django_pgjobs import registry
+from django_pgjobs import managers, registry
 from django_pgjobs.models import Job
 from django_pgjobs.registry import JobDefinition
 from tests.helpers import count, execute, other_connection, row, run_threads, seconds_from_now
@@ -258,6 +260,102 @@ class TestS5Bulk:
     def test_s5_enqueue_many_of_nothing_writes_nothing(self, django_assert_num_queries) -> None:
         with django_assert_num_queries(0):
             assert Job.objects.enqueue_many([]) == []
+
+
+class TestS5BulkInDocuments:
+    """Batches longer than ENQUEUE_CHUNK go as several documents, each written while the
+    next is validated (here three jobs a document)."""
+
+    @pytest.fixture(autouse=True)
+    def small_documents(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(managers, "ENQUEUE_CHUNK", 3)
+
+    def test_s5_rows_come_back_in_order_across_documents(self, django_assert_num_queries) -> None:
+        jobs = [{"kind": "demo.bulk", "payload": {"i": i}, "priority": i % 3} for i in range(10)]
+        # The savepoint and its release, and four documents.
+        with django_assert_num_queries(6):
+            results = Job.objects.enqueue_many(jobs)
+        assert [result.inserted for result in results] == [True] * 10
+        assert sorted(result.id for result in results) == [result.id for result in results]
+        for i, result in enumerate(results):
+            assert row(result.id, "payload", "priority") == ({"i": i}, i % 3)
+
+    @pytest.mark.parametrize(
+        ("on_conflict", "payload", "run_in"),
+        [("replace", 7, 70), ("keep_schedule", 7, 10), ("ignore", 0, 10)],
+    )
+    def test_s5_a_key_in_several_documents_merges_as_in_one(
+        self, on_conflict: str, payload: int, run_in: int
+    ) -> None:
+        # "a" is in the first, second and third documents, "b" twice in the second.
+        jobs = [
+            {"kind": "demo.sync", "key": "a", "payload": {"v": 0}, "delay": 10},
+            {"kind": "demo.other"},
+            {"kind": "demo.other"},
+            {"kind": "demo.sync", "key": "b", "payload": {"v": 1}},
+            {"kind": "demo.sync", "key": "a", "payload": {"v": 4}, "delay": 40},
+            {"kind": "demo.sync", "key": "b", "payload": {"v": 5}},
+            {"kind": "demo.sync", "key": "a", "payload": {"v": 7}, "delay": 70},
+        ]
+        results = Job.objects.enqueue_many(jobs, on_conflict=on_conflict)
+        first_a, first_b = results[0].id, results[3].id
+        assert [r.inserted for r in results] == [True, True, True, True, False, False, False]
+        assert results[4].id == results[6].id == first_a and results[5].id == first_b
+        assert row(first_a, "payload")[0] == {"v": payload}
+        assert run_in - 1 < seconds_from_now("run_after", first_a) <= run_in
+        assert row(first_b, "payload")[0] == ({"v": 1} if on_conflict == "ignore" else {"v": 5})
+        assert count() == 4
+
+    @pytest.mark.django_db(transaction=True)
+    def test_s5_a_bad_job_late_in_the_batch_rolls_back_every_document(self) -> None:
+        from django_pgjobs.exceptions import InvalidPriority
+
+        jobs: list[dict[str, Any]] = [{"kind": "demo.ok", "payload": {"i": i}} for i in range(8)]
+        jobs.append({"kind": "demo.bad", "priority": 500})
+        with other_connection() as listener:
+            listener.execute("LISTEN pgjobs")
+            with pytest.raises(InvalidPriority, match=r"jobs\[8\]"):
+                Job.objects.enqueue_many(iter(jobs))
+            assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
+        assert count() == 0
+
+    @pytest.mark.django_db(transaction=True)
+    def test_s5_a_bad_batch_inside_a_transaction_leaves_the_rest_of_it(self) -> None:
+        from django_pgjobs.exceptions import InvalidPayload
+
+        jobs: list[dict[str, Any]] = [{"kind": "demo.ok"} for _ in range(7)]
+        jobs.append({"kind": "demo.bad", "payload": {"x": float("nan")}})
+        with transaction.atomic():
+            kept = Job.objects.enqueue("demo.kept").id
+            with pytest.raises(InvalidPayload, match=r"jobs\[7\]"):
+                Job.objects.enqueue_many(jobs)
+            after = Job.objects.enqueue_many([{"kind": "demo.after"}] * 4)
+        assert sorted(execute("SELECT kind FROM pgjobs_job")) == [("demo.after",)] * 4 + [
+            ("demo.kept",)
+        ]
+        assert row(kept, "state") == ("pending",) and len(after) == 4
+
+    @pytest.mark.django_db(transaction=True)
+    def test_s5_a_database_error_rolls_back_every_document(self) -> None:
+        # The server refuses the third document, sent after two were written: its rows
+        # are altered on their way out to a lease of -1 s, which breaks a check
+        # constraint (validation never lets one through).
+        jobs = [{"kind": "demo.ok"} for _ in range(9)]
+        original = managers._EnqueueBatch._document
+
+        def forged(self: Any, chunk: list[Any], rows: list[str]) -> dict[str, Any]:
+            params = original(self, chunk, rows)
+            if len(self.jobs) == 9:
+                params["jobs"] = params["jobs"].replace(",60,", ",-1,")
+            return params
+
+        with (
+            mock.patch.object(managers._EnqueueBatch, "_document", forged),
+            pytest.raises(IntegrityError, match="lease_s"),
+        ):
+            Job.objects.enqueue_many(jobs)
+        assert count() == 0
+        assert Job.objects.enqueue_many(jobs)[8].inserted
 
 
 @pytest.mark.django_db(transaction=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -106,6 +107,57 @@ def test_s4_deep_nesting_is_refused() -> None:
         node = node["next"]
     with pytest.raises(exceptions.InvalidPayload, match="deeper"):
         Job.objects.enqueue("demo.t", deep)
+    assert count() == 0
+
+
+class _Text(str):
+    pass
+
+
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    """A payload whose innermost value is `depth` levels down."""
+    value: Any = 1
+    for _ in range(depth):
+        value = {"n": value}
+    return value  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("payload", "stored"),
+    [
+        ({"text": "\\u0000 is six characters"}, {"text": "\\u0000 is six characters"}),
+        ({"café": "crème", "emoji": "🎉"}, {"café": "crème", "emoji": "🎉"}),
+        ({"pair": (1, "two")}, {"pair": [1, "two"]}),
+        ({"n": int("9" * 4000)}, {"n": int("9" * 4000)}),
+        ({"level": _Level.HIGH, _Text("key"): _Text("value")}, {"level": 3, "key": "value"}),
+        (_nested(100), _nested(100)),
+    ],
+)
+def test_s4_payloads_near_the_limits_of_each_rule_are_stored_as_given(
+    payload: dict[str, Any], stored: dict[str, Any]
+) -> None:
+    """Most payloads pass a quick check of their JSON text; these sit where it hands them
+    to the full one, which must accept them all the same."""
+    assert row(Job.objects.enqueue("demo.t", payload).id, "payload") == (stored,)
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"n": 10**4000}, "more than 4000 digits"),
+        ({1: "int key"}, "keys must be strings"),
+        ({"nul\x00key": 1}, "NUL"),
+        ({"deep": _nested(100)}, "deeper"),
+        ({"x": -math.inf}, "inf"),
+    ],
+)
+def test_s4_payloads_just_past_a_rule_are_refused(payload: dict[Any, Any], message: str) -> None:
+    with pytest.raises(exceptions.InvalidPayload, match=message):
+        Job.objects.enqueue_many([{"kind": "demo.t"}, {"kind": "demo.t", "payload": payload}])
     assert count() == 0
 
 
