@@ -38,8 +38,12 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "ENQUEUE_JOB": {**ONE_JOB, **WAKE},
     "INSERT_JOB": {**ONE_JOB, **WAKE},
     "ENQUEUE_JOBS": {
-        "jobs": '[["default", "demo.t", null, 0, null, null, 3, 30, null, {}, null]]',
+        "jobs": '[["default", "demo.t", 0, null, null, 3, 30, null, null, "k", {}]]',
         "on_conflict": "replace",
+        **WAKE,
+    },
+    "ENQUEUE_KEYLESS_JOBS": {
+        "jobs": '[["default", "demo.t", 0, null, null, 3, 30, null, null, null, {}]]',
         **WAKE,
     },
     "CLAIM_JOBS": {
