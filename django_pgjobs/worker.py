@@ -548,6 +548,8 @@ class Worker:
     def _timeout(self, now: float) -> float:
         if self._completed or (self._unflushed() and now >= self._db_retry_at):
             return 0.0
+        if self._exhausted():  # a burst drained: leave now, not at the next poll
+            return 0.0
         if (
             self._maybe_more
             and self._free_slots() > 0
