@@ -104,8 +104,12 @@ class Settings:
     ERRORS_KEPT: int = 10
 
     # Workers (runjobs options default to these)
-    #: Handler threads per worker process, and the most jobs it holds at once.
+    #: Handler threads per worker process.
     CONCURRENCY: int = 10
+    #: The most jobs a worker claims ahead of its free threads, while its jobs are short:
+    #: only as many as its threads start within PREFETCH_WAIT_S at the recent run time
+    #: (0: claim for free threads only).
+    PREFETCH: int = 100
     #: Seconds between polls when no notification arrives (the safety net).
     POLL_INTERVAL: float = 2.0
     #: Seconds in-flight jobs get to finish after SIGTERM before their claims go back.
@@ -229,6 +233,8 @@ class Settings:
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be a whole number >= 1.")
+        if not _is_int(self.PREFETCH) or self.PREFETCH < 0:
+            raise ImproperlyConfigured("PGJOBS['PREFETCH'] must be a whole number >= 0.")
         for name in ("POLL_INTERVAL",):
             if seconds(getattr(self, name), f"PGJOBS[{name!r}]") <= 0:
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be positive.")

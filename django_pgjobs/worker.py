@@ -6,6 +6,12 @@ the leases of running jobs, and sleep on the LISTEN socket until a job arrives, 
 finishes, the next scheduled job is due, or the poll interval ends. The loop holds no
 SQL: every database call is a `Job.objects` method.
 
+While jobs are short, the loop also claims some ahead of its free threads (prefetch), so
+that the threads find the next job waiting while the loop records and claims: the
+database statements then cost the threads nothing. It claims only as many as the threads
+start within PREFETCH_WAIT_S at the recent run time, so slow jobs are never held back
+from other workers, and it hands back the waiting ones at once when asked to stop.
+
 Nothing a crash could lose is kept in memory (S26): a claim that is never recorded comes
 back when its lease lapses.
 """
@@ -55,6 +61,11 @@ STATS_INTERVAL_S = 10.0
 #: After the first of a batch of jobs finishes, wait up to this long for the rest, so
 #: that fast jobs are recorded (and their slots refilled) many at a time.
 GATHER_S = 0.002
+#: The longest a job claimed ahead (prefetched) should wait for a free thread, judged by
+#: the recent run time of this worker's jobs.
+PREFETCH_WAIT_S = 0.05
+#: Weight of the latest run in the worker's mean run time.
+RUN_TIME_WEIGHT = 0.2
 
 
 def default_worker_id() -> str:
@@ -98,7 +109,14 @@ class WorkerStats:
 class _Running:
     handle: JobHandle
     next_heartbeat: float
-    heartbeats: bool
+    #: Transaction mode: once started, the job's row lock keeps claimers away.
+    atomic: bool
+    #: Set by the handler thread that takes the job (a prefetched job waits until then).
+    started: bool = False
+
+    @property
+    def heartbeats(self) -> bool:
+        return not (self.atomic and self.started)
 
 
 class Worker:
@@ -106,7 +124,9 @@ class Worker:
 
     Args:
         queues: the queues to claim from (default: every queue this process knows).
-        concurrency: handler threads, and the most jobs claimed at once.
+        concurrency: handler threads.
+        prefetch: the most jobs claimed ahead of free threads while jobs are short
+            (default: the PREFETCH setting; 0: none).
         worker_id: stamped on every claim (default: host:pid:random).
         burst: drain the jobs that are runnable now, then return.
         max_jobs: stop after claiming this many jobs (and finishing them).
@@ -124,6 +144,7 @@ class Worker:
         *,
         queues: Sequence[str] | None = None,
         concurrency: int | None = None,
+        prefetch: int | None = None,
         worker_id: str | None = None,
         burst: bool = False,
         max_jobs: int | None = None,
@@ -142,6 +163,9 @@ class Worker:
         self.concurrency = concurrency or pgjobs_settings.CONCURRENCY
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1.")
+        self.prefetch = pgjobs_settings.PREFETCH if prefetch is None else prefetch
+        if self.prefetch < 0:
+            raise ValueError("prefetch must not be negative.")
         self.worker_id = options.validate_worker_id(worker_id or default_worker_id())
         self.burst = burst
         self.max_jobs = max_jobs
@@ -157,7 +181,7 @@ class Worker:
         self.using = using or pgjobs_settings.DATABASE
         self.stats = WorkerStats()
 
-        self._work: queue.SimpleQueue[JobHandle | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[_Running | None] = queue.SimpleQueue()
         self._completed: deque[Outcome] = deque()
         self._completion_lock = threading.Lock()
         #: Jobs handed to the pool whose outcome has not been appended yet.
@@ -192,6 +216,9 @@ class Worker:
         self._next_stats_at = time.monotonic() + STATS_INTERVAL_S
         #: The earliest next_heartbeat among running jobs (inf: none due).
         self._next_heartbeat_at = float("inf")
+        #: Mean run time of this worker's jobs (None: none ran yet), for prefetching.
+        self._mean_run_s: float | None = None
+        self._waiting_released = False
 
     # Lifecycle ---------------------------------------------------------------------
 
@@ -311,6 +338,7 @@ class Worker:
             self._collect()
             self._flush()
             if self._stop_requested.is_set():
+                self._release_waiting()
                 if not self._running and not self._unflushed():
                     return
                 if self._stop_deadline is not None and now >= self._stop_deadline:
@@ -344,10 +372,20 @@ class Worker:
         return self.burst and idle and not self._maybe_more
 
     def _free_slots(self) -> int:
-        free = self.concurrency - len(self._running)
+        free = self.concurrency + self._prefetch_now() - len(self._running)
         if self.max_jobs is not None:
             free = min(free, self.max_jobs - self.stats.claimed)
         return max(free, 0)
+
+    def _prefetch_now(self) -> int:
+        """How many jobs to hold beyond the threads: as many as they start within
+        PREFETCH_WAIT_S at the mean run time, at most `prefetch` (none before a job ran)."""
+        mean = self._mean_run_s
+        if not self.prefetch or mean is None:
+            return 0
+        if mean * self.prefetch <= PREFETCH_WAIT_S * self.concurrency:
+            return self.prefetch
+        return int(PREFETCH_WAIT_S * self.concurrency / mean)
 
     def _claim_if_possible(self, now: float) -> None:
         if now >= self._next_poll:
@@ -377,15 +415,15 @@ class Worker:
             self._outstanding += len(handles)
         for handle in handles:
             definition = registry.get_definition(handle.kind)
-            # A transaction-mode job's row lock keeps claimers away: no heartbeat.
-            heartbeats = not (definition is not None and definition.atomic)
             next_heartbeat = claimed_at + handle.lease_s * HEARTBEAT_FRACTION
-            self._running[handle.token] = _Running(
-                handle=handle, next_heartbeat=next_heartbeat, heartbeats=heartbeats
+            running = _Running(
+                handle=handle,
+                next_heartbeat=next_heartbeat,
+                atomic=definition is not None and definition.atomic,
             )
-            if heartbeats:
-                self._next_heartbeat_at = min(self._next_heartbeat_at, next_heartbeat)
-            self._work.put(handle)
+            self._running[handle.token] = running
+            self._next_heartbeat_at = min(self._next_heartbeat_at, next_heartbeat)
+            self._work.put(running)
         if handles and self.stats.first_claim_at is None:
             self.stats.first_claim_at = time.time()
         self.stats.claimed += len(handles)
@@ -397,6 +435,12 @@ class Worker:
             outcome = self._completed.popleft()
             self._running.pop(outcome.handle.token, None)
             self._count_for_chart(outcome)
+            mean = self._mean_run_s
+            self._mean_run_s = (
+                outcome.duration
+                if mean is None
+                else mean + RUN_TIME_WEIGHT * (outcome.duration - mean)
+            )
             verdict = outcome.verdict
             if verdict is Verdict.ACK:
                 self._acks.append((outcome.handle, outcome.result))
@@ -522,25 +566,49 @@ class Worker:
                 running.next_heartbeat = now + min(1.0, every)
             self._next_heartbeat_at = min(self._next_heartbeat_at, running.next_heartbeat)
 
+    def _release_waiting(self) -> None:
+        """At a stop request, hand back the prefetched jobs no thread has started (S25):
+        another worker runs them now rather than after this one's in-flight jobs."""
+        if self._waiting_released:
+            return
+        self._waiting_released = True
+        waiting: list[JobHandle] = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                running = self._work.get_nowait()
+                if running is not None:
+                    waiting.append(running.handle)
+        if not waiting:
+            return
+        with self._completion_lock:
+            self._outstanding -= len(waiting)
+        for handle in waiting:
+            self._running.pop(handle.token, None)
+        self.stats.in_flight = len(self._running)
+        self._hand_back(waiting, "jobs waiting for a thread", logging.INFO)
+
     def _release_running(self) -> None:
         """Hand back the claims still running when the grace period ends (S25)."""
         handles = [running.handle for running in self._running.values()]
-        if not handles:
-            return
+        if handles:
+            self._hand_back(handles, "running jobs at the end of the grace period", logging.WARNING)
+
+    def _hand_back(self, handles: list[JobHandle], which: str, level: int) -> None:
         from django_pgjobs.models import Job
 
         try:
             released = Job.objects.release_batch(handles)
         except DatabaseError as error:
             logger.warning(
-                "could not hand back %s claims (%s); their leases will", len(handles), error
+                "could not hand back %s %s (%s); their leases will", len(handles), which, error
             )
             return
-        logger.warning(
-            "grace period over: handed back %s of %s running jobs (the rest return when "
-            "their lease lapses)",
+        logger.log(
+            level,
+            "handed back %s of %s %s (the rest return when their lease lapses)",
             released,
             len(handles),
+            which,
         )
 
     # Waiting -----------------------------------------------------------------------
@@ -688,10 +756,11 @@ class Worker:
         executor = Executor()
         try:
             while True:
-                handle = self._work.get()
-                if handle is None:
+                running = self._work.get()
+                if running is None:
                     return
-                outcome = self._run_one(executor, handle)
+                running.started = True
+                outcome = self._run_one(executor, running.handle)
                 with self._completion_lock:
                     first = not self._completed
                     self._completed.append(outcome)

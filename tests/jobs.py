@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
+from collections import defaultdict
 from typing import Any
 
 from django_pgjobs import Fail, Retry, job
@@ -35,6 +37,16 @@ def fenced_record(ctx: JobHandle, label: str = "", sleep: float = 0) -> None:
     with ctx.fenced():
         _note(ctx, label)
         ctx.ack()
+
+
+#: Gates a test opens to let its tests.gate jobs finish (workers running in-process).
+GATES: defaultdict[str, threading.Event] = defaultdict(threading.Event)
+
+
+@job(name="tests.gate")
+def gate(name: str) -> None:
+    """Hold a handler thread until the test opens the gate `name` (30 s at most)."""
+    GATES[name].wait(30)
 
 
 @job(name="tests.plain")

@@ -21,6 +21,7 @@ def test_defaults_are_the_documented_ones() -> None:
     assert options.expires_s is None and options.result_retention_s is None
     assert options.dead_retention_s == 30 * 86400 and options.priority == 0
     assert Settings.CHANNEL == "pgjobs" and Settings.NOTIFY is True
+    assert Settings.CONCURRENCY == 10 and Settings.PREFETCH == 100
 
 
 def test_queue_limits_come_from_the_queues_max_running() -> None:
@@ -57,6 +58,8 @@ def test_settings_are_read_at_access_time() -> None:
         ({"SCHEDULER": 1}, "SCHEDULER"),
         ({"LISTEN_DSN": ""}, "LISTEN_DSN"),
         ({"LISTEN_DSN": 5432}, "LISTEN_DSN"),
+        ({"PREFETCH": -1}, "PREFETCH"),
+        ({"PREFETCH": 2.5}, "PREFETCH"),
     ],
 )
 def test_invalid_settings_fail_the_system_check(pgjobs: dict, message: str) -> None:

@@ -232,6 +232,9 @@ def test_bad_arguments_and_unusable_configuration_exit_non_zero(workers: Workers
     bad_concurrency = workers.start("--concurrency", "0")
     assert bad_concurrency.wait(30) == 2
     assert "must be at least 1" in bad_concurrency.output()
+    bad_prefetch = workers.start("--prefetch", "-1")
+    assert bad_prefetch.wait(30) == 2
+    assert "must be at least 0" in bad_prefetch.output()
     bad_queue = workers.start("--queue", "no spaces please")
     assert bad_queue.wait(30) == 1
     assert "Queue name" in bad_queue.output()

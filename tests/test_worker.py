@@ -242,3 +242,68 @@ class TestHeartbeats:
             wait_until(lambda: count() == 0, timeout=10)
         assert notes() == [(job_id, "long", 1)]
         assert worker.stats.succeeded == 1
+
+
+class TestPrefetch:
+    """Short jobs are claimed ahead of free threads; slow ones never are."""
+
+    def _one_thread_held_by_a_gate(self, name: str, behind: list[dict[str, Any]]) -> None:
+        """Three quick jobs (they give the worker a run time), then a gate that holds the
+        only thread, then the jobs `behind`, in claim order."""
+        Job.objects.enqueue_many([{"kind": "tests.noop", "priority": 10}] * 3)
+        Job.objects.enqueue("tests.gate", {"name": name}, priority=5)
+        Job.objects.enqueue_many(behind)
+
+    def test_short_jobs_wait_claimed_for_a_thread_up_to_the_prefetch(self) -> None:
+        self._one_thread_held_by_a_gate("ahead", [{"kind": "tests.noop"}] * 20)
+        try:
+            with running_worker(concurrency=1, prefetch=5, poll_interval=0.2):
+                wait_until(lambda: count(where="state = 'running'") == 6)
+                time.sleep(0.3)
+                assert count(where="state = 'running'") == 6  # the gate and 5 waiting
+                jobs.GATES["ahead"].set()
+                wait_until(lambda: count() == 0)
+        finally:
+            jobs.GATES["ahead"].set()
+
+    def test_slow_jobs_are_never_claimed_ahead(self) -> None:
+        Job.objects.enqueue_many([{"kind": "tests.record", "payload": {"sleep": 0.2}}] * 6)
+        most = 0
+        with running_worker(concurrency=1, prefetch=50, poll_interval=0.2):
+            deadline = time.monotonic() + 15
+            while count() and time.monotonic() < deadline:
+                most = max(most, count(where="state = 'running'"))
+                time.sleep(0.01)
+        assert count() == 0 and most == 1
+
+    def test_s25_a_stop_hands_back_the_waiting_jobs_at_once(self) -> None:
+        self._one_thread_held_by_a_gate("stop", [{"kind": "tests.noop"}] * 20)
+        try:
+            with running_worker(concurrency=1, prefetch=5, poll_interval=0.2) as worker:
+                wait_until(lambda: count(where="state = 'running'") == 6)
+                worker.stop()
+                # Handed back while the gate still runs, their attempts refunded.
+                wait_until(lambda: count(where="state = 'pending' AND attempts = 0") == 20)
+                assert execute("SELECT kind FROM pgjobs_job WHERE state = 'running'") == [
+                    ("tests.gate",)
+                ]
+                jobs.GATES["stop"].set()
+        finally:
+            jobs.GATES["stop"].set()
+        assert count() == 20 and worker.stats.succeeded == 4
+
+    def test_s21_a_waiting_transaction_mode_job_keeps_its_lease(self) -> None:
+        self._one_thread_held_by_a_gate("lease", [])
+        waiting = jobs.atomic_write.using(lease=1).enqueue(text="after the gate").id
+        try:
+            with running_worker(concurrency=1, prefetch=5, poll_interval=0.2):
+                wait_until(lambda: row(waiting, "state") == ("running",))
+                for _ in range(6):  # three leases long
+                    time.sleep(0.5)
+                    assert seconds_from_now("claimed_until", waiting) > 0
+                    assert row(waiting, "attempts") == (1,)
+                jobs.GATES["lease"].set()
+                wait_until(lambda: count() == 0)
+        finally:
+            jobs.GATES["lease"].set()
+        assert notes() == [(waiting, "after the gate", 1)]

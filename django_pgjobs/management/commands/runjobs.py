@@ -18,12 +18,20 @@ from django_pgjobs.worker import Worker, WorkerStats, default_queues
 
 
 def positive_int(text: str) -> int:
+    return _whole(text, 1)
+
+
+def whole_or_zero(text: str) -> int:
+    return _whole(text, 0)
+
+
+def _whole(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
     return value
 
 
@@ -109,6 +117,12 @@ class Command(BaseCommand):
             help=f"Handler threads (default PGJOBS['CONCURRENCY'], {pgjobs_settings.CONCURRENCY}).",
         )
         parser.add_argument(
+            "--prefetch",
+            type=whole_or_zero,
+            help="Most jobs claimed ahead of free threads while jobs are short, 0 for none "
+            f"(default PGJOBS['PREFETCH'], {pgjobs_settings.PREFETCH}).",
+        )
+        parser.add_argument(
             "--burst", action="store_true", help="Run what is runnable now, then exit 0."
         )
         parser.add_argument(
@@ -173,6 +187,7 @@ class Command(BaseCommand):
             worker = Worker(
                 queues=queues,
                 concurrency=options["concurrency"],
+                prefetch=options["prefetch"],
                 worker_id=options["worker_id"],
                 burst=options["burst"],
                 max_jobs=options["max_jobs"],
