@@ -402,14 +402,23 @@ class Worker:
         try:
             Job.objects.tune_worker_connection(using=self.using)
             handles = Job.objects.claim_batch(self.queues, free, self.worker_id, using=self.using)
-            if len(handles) < free:
-                self._maybe_more = False
-                wait = Job.objects.next_due_in(self.queues, using=self.using)
-                self._next_due = None if wait is None else time.monotonic() + wait
         except DatabaseError as error:
             self._database_failed("claim", error)
             return
         self._database_ok()
+        self._hand_out(handles)
+        if len(handles) < free:
+            # The queues ran dry: sleep until the next scheduled job. Asked once the jobs
+            # are handed out, so that they need not wait for the answer.
+            self._maybe_more = False
+            try:
+                wait = Job.objects.next_due_in(self.queues, using=self.using)
+            except DatabaseError as error:
+                self._database_failed("claim", error)
+                return
+            self._next_due = None if wait is None else time.monotonic() + wait
+
+    def _hand_out(self, handles: list[JobHandle]) -> None:
         claimed_at = time.monotonic()
         with self._completion_lock:
             self._outstanding += len(handles)
