@@ -218,9 +218,9 @@ class BatchResolver:
             template, head = self._template(given)
         key = validate_key(job.get("key"))
         payload_json = encode_payload(job.get("payload"))
+        # The template with this job's key and payload (fields 2 and 3).
         resolved = ResolvedJob(template[0], template[1], key, payload_json, *template[4:])
-        key_json = "null" if key is None else _JSON.encode(key)
-        return resolved, f"{head},{key_json},{payload_json}]"
+        return resolved, resolved.as_json_row(head)
 
     @staticmethod
     def _template(given: tuple[Any, ...]) -> tuple[ResolvedJob, str]:

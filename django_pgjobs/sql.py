@@ -317,8 +317,8 @@ def claim_jobs(limit: int) -> str:
     A prepared statement is planned once, before its parameters are known; PostgreSQL
     then guesses a parameter LIMIT at a tenth of the table, and the plan (and its cost,
     which can cross jit_above_cost) grows with the backlog. With the LIMIT in the text,
-    the one-off plan is the plan a known LIMIT gets. Workers claim at most their
-    concurrency, so few variants exist per connection.
+    the one-off plan is the plan a known LIMIT gets. A worker claims a few sizes only
+    (Worker._claim_size), so few variants exist per connection.
     """
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ValueError(f"A claim limit must be a whole number >= 1, not {limit!r}.")

@@ -387,6 +387,16 @@ class Worker:
             return self.prefetch
         return int(PREFETCH_WAIT_S * self.concurrency / mean)
 
+    def _claim_size(self, free: int) -> int:
+        """How many of `free` slots to claim: all of them up to the threads' count, or
+        when every slot is free; between, the threads plus a power of two. Each size is a
+        statement of its own, prepared once per connection (sql.claim_jobs), so a worker
+        uses a few of them rather than every size from 1 to concurrency + prefetch."""
+        ahead = free - self.concurrency
+        if ahead <= 0 or free == self.concurrency + self.prefetch:
+            return free
+        return self.concurrency + (1 << (ahead.bit_length() - 1))
+
     def _claim_if_possible(self, now: float) -> None:
         if now >= self._next_poll:
             self._maybe_more = True
@@ -394,7 +404,7 @@ class Worker:
         if self._next_due is not None and now >= self._next_due:
             self._maybe_more = True
             self._next_due = None
-        free = self._free_slots()
+        free = self._claim_size(self._free_slots())
         if not self._maybe_more or free <= 0 or now < self._db_retry_at:
             return
         from django_pgjobs.models import Job

@@ -266,6 +266,15 @@ class TestPrefetch:
         finally:
             jobs.GATES["ahead"].set()
 
+    def test_a_worker_claims_a_few_sizes_only(self) -> None:
+        """Each claim size is a statement prepared once per connection."""
+        worker = Worker(concurrency=10, prefetch=100)
+        sizes = {free: worker._claim_size(free) for free in range(1, 111)}
+        assert all(size <= free for free, size in sizes.items())
+        assert [sizes[free] for free in range(1, 11)] == list(range(1, 11))
+        assert sizes[110] == 110 and sizes[109] == 74 and sizes[11] == 11
+        assert len(set(sizes.values())) <= 18
+
     def test_slow_jobs_are_never_claimed_ahead(self) -> None:
         Job.objects.enqueue_many([{"kind": "tests.record", "payload": {"sleep": 0.2}}] * 6)
         most = 0
