@@ -6,10 +6,11 @@ the admin, the commands and the django.tasks backend call these methods and hold
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
@@ -260,14 +261,17 @@ class JobManager(models.Manager["Job"]):
             One EnqueueResult per job, in the order given.
         """
         batch = _EnqueueBatch(options.validate_conflict_mode(on_conflict))
-        if isinstance(jobs, Sized) and len(jobs) <= ENQUEUE_CHUNK:
-            # One document: every job is validated before it is sent.
-            chunks = _write_documents(batch.documents(jobs), using)
+        documents = batch.documents(jobs)
+        first = next(documents, None)  # the first ENQUEUE_CHUNK jobs, validated
+        if first is None:
+            return []
+        if len(batch.jobs) < ENQUEUE_CHUNK:  # every job is in it
+            chunks = _write_documents([first], using)
         else:
             # A document is written while the next is validated: a job found invalid
             # later rolls back the documents sent before it.
             with transaction.atomic(using=_alias(using)):
-                chunks = _write_documents(batch.documents(jobs), using)
+                chunks = _write_documents(itertools.chain([first], documents), using)
         results = batch.results(chunks)
         _announce_enqueued(batch.jobs, results)
         return results

@@ -84,6 +84,31 @@ def test_workers_drain_every_kind_of_job_through_pgbouncer(pooled: str, workers:
         assert "prepared statement" not in process.output()
 
 
+BULK = """
+from django.db import transaction
+from django_pgjobs.exceptions import InvalidPriority
+from django_pgjobs.models import Job
+
+Job.objects.enqueue_many([{"kind": "tests.noop"}] * 4500)
+with transaction.atomic():
+    Job.objects.enqueue("tests.noop")
+    try:
+        Job.objects.enqueue_many([{"kind": "tests.noop"}] * 2500 + [{"kind": "x", "priority": 500}])
+    except InvalidPriority as error:
+        print("refused", error)
+    Job.objects.enqueue_many([{"kind": "tests.noop"}] * 2100)
+print("enqueued", Job.objects.count())
+"""
+
+
+def test_enqueue_many_in_several_documents_through_pgbouncer(pooled: str) -> None:
+    """A batch of more than ENQUEUE_CHUNK jobs is pipelined inside a transaction (a
+    savepoint in the caller's), which a transaction pooler carries as one."""
+    output = manage(pooled, "shell", "-c", BULK)
+    assert "refused jobs[2500]" in output
+    assert "enqueued 6601" in output and count() == 6601
+
+
 def test_with_a_direct_listen_dsn_an_idle_worker_wakes_at_once(
     pooled: str, workers: Workers
 ) -> None:
