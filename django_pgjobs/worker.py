@@ -111,6 +111,10 @@ class _Running:
     next_heartbeat: float
     #: Transaction mode: once started, the job's row lock keeps claimers away.
     atomic: bool
+    #: When the claim lapses at the latest, on this process's monotonic clock: measured
+    #: from after the claim or heartbeat statement returned, so never before the
+    #: database's claimed_until. A job still waiting for a thread then is not started.
+    lease_ends: float
     #: Set by the handler thread that takes the job (a prefetched job waits until then).
     started: bool = False
 
@@ -439,6 +443,7 @@ class Worker:
                 handle=handle,
                 next_heartbeat=next_heartbeat,
                 atomic=definition is not None and definition.atomic,
+                lease_ends=claimed_at + handle.lease_s,
             )
             self._running[handle.token] = running
             self._next_heartbeat_at = min(self._next_heartbeat_at, next_heartbeat)
@@ -455,11 +460,12 @@ class Worker:
             self._running.pop(outcome.handle.token, None)
             self._count_for_chart(outcome)
             mean = self._mean_run_s
-            self._mean_run_s = (
-                outcome.duration
-                if mean is None
-                else mean + RUN_TIME_WEIGHT * (outcome.duration - mean)
-            )
+            if outcome.verdict is not Verdict.LOST:  # a lost claim may not have run at all
+                self._mean_run_s = (
+                    outcome.duration
+                    if mean is None
+                    else mean + RUN_TIME_WEIGHT * (outcome.duration - mean)
+                )
             verdict = outcome.verdict
             if verdict is Verdict.ACK:
                 self._acks.append((outcome.handle, outcome.result))
@@ -576,10 +582,12 @@ class Worker:
             return
         self._database_ok()
         extended_tokens = {handle.token for handle in extended}
+        extended_at = time.monotonic()
         for running in due:
             every = running.handle.lease_s * HEARTBEAT_FRACTION
             if running.handle.token in extended_tokens:
                 running.next_heartbeat = now + every
+                running.lease_ends = extended_at + running.handle.lease_s
             else:
                 # Locked by a fence right now, or no longer ours: look again soon.
                 running.next_heartbeat = now + min(1.0, every)
@@ -779,7 +787,10 @@ class Worker:
                 if running is None:
                     return
                 running.started = True
-                outcome = self._run_one(executor, running.handle)
+                if time.monotonic() < running.lease_ends:
+                    outcome = self._run_one(executor, running.handle)
+                else:
+                    outcome = _lapsed_while_waiting(running.handle)
                 with self._completion_lock:
                     first = not self._completed
                     self._completed.append(outcome)
@@ -851,6 +862,20 @@ class Worker:
                 wait = self.sweep_interval
         finally:
             connections.close_all()
+
+
+def _lapsed_while_waiting(handle: JobHandle) -> Outcome:
+    """A prefetched job whose claim lapsed before a thread was free (the process was
+    paused, say): another worker may have it by now, so it is not started here."""
+    logger.warning(
+        "job lost id=%s kind=%s attempt=%s/%s: its claim lapsed while it waited for a "
+        "thread; not started here (it runs again once its claim is taken back)",
+        handle.id,
+        handle.kind,
+        handle.attempt,
+        handle.max_attempts,
+    )
+    return Outcome(handle=handle, verdict=Verdict.LOST, duration=0.0)
 
 
 def reset_connections() -> None:

@@ -301,6 +301,26 @@ class TestPrefetch:
             jobs.GATES["stop"].set()
         assert count() == 20 and worker.stats.succeeded == 4
 
+    def test_a_job_whose_claim_lapsed_while_it_waited_is_not_started(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Heartbeats extend nothing, as when the process is paused past the lease.
+        monkeypatch.setattr(
+            type(Job.objects), "heartbeat_unlocked", lambda self, handles, extend=None: []
+        )
+        self._one_thread_held_by_a_gate("lapse", [])
+        waiting = jobs.record.using(lease=1).enqueue(label="waited").id
+        try:
+            with running_worker(concurrency=1, prefetch=5, poll_interval=0.2):
+                wait_until(lambda: row(waiting, "state") == ("running",))
+                # Its claim lapses; the worker takes it back and claims it again.
+                wait_until(lambda: row(waiting, "attempts") == (2,), timeout=10)
+                jobs.GATES["lapse"].set()
+                wait_until(lambda: count() == 0)
+        finally:
+            jobs.GATES["lapse"].set()
+        assert notes() == [(waiting, "waited", 2)]  # never run on the lapsed first claim
+
     def test_s21_a_waiting_transaction_mode_job_keeps_its_lease(self) -> None:
         self._one_thread_held_by_a_gate("lease", [])
         waiting = jobs.atomic_write.using(lease=1).enqueue(text="after the gate").id
