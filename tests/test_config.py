@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.checks import run_checks
@@ -127,3 +131,22 @@ def test_a_runjobs_command_of_another_app_listed_first_is_reported() -> None:
     from django_pgjobs.checks import check_commands
 
     assert check_commands() == []
+
+
+def _as_documented(value: Any) -> str:
+    """A default as the README's settings table writes it."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value and value % 86400 == 0:
+        return f"{value // 86400} days"
+    return repr(value)
+
+
+def test_the_readme_documents_every_setting_with_its_default() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
+    documented = dict(re.findall(r"^\| `([A-Z_]+)` \| `([^`]*)` \|", section, re.MULTILINE))
+    names = [name for name in vars(Settings) if name.isupper()]
+    assert sorted(documented) == sorted(names)
+    for name in names:
+        assert documented[name] == _as_documented(getattr(Settings, name)), name
