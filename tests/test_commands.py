@@ -13,7 +13,7 @@ from django_pgjobs.management.commands.runjobs import StatusLine
 from django_pgjobs.models import Job, Schedule
 from django_pgjobs.worker import WorkerStats
 from tests import jobs
-from tests.helpers import count, execute, lapse
+from tests.helpers import count, execute, lapse, other_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -73,3 +73,18 @@ def test_runjobs_no_schedules_leaves_the_schedules_alone() -> None:
         call_command("runjobs", max_jobs=1, no_schedules=True, no_status=True, sweep_interval=0)
     assert count("tests_note") == 1
     assert not Schedule.objects.exists()  # neither synced nor fired
+
+
+def test_runjobs_start_check_outlives_a_connection_cut_under_it() -> None:
+    """A worker restarting while its first connection is terminated (a failover, an
+    operator's pg_terminate_backend) reconnects rather than exiting."""
+    from django.db import connection
+
+    from django_pgjobs.management.commands.runjobs import Command
+
+    connection.ensure_connection()
+    pid = connection.connection.info.backend_pid
+    with other_connection() as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+    Command()._check_database(["default"])
+    assert connection.connection.info.backend_pid != pid

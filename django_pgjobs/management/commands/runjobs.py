@@ -10,11 +10,15 @@ import time
 from typing import Any, TextIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, OperationalError, ProgrammingError
+from django.db import DatabaseError, OperationalError, ProgrammingError, connections
 
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.exceptions import InvalidJobOption
 from django_pgjobs.worker import Worker, WorkerStats, default_queues
+
+#: Tries of the database check at start, and the pause between two.
+START_CHECKS = 3
+START_CHECK_PAUSE_S = 0.5
 
 
 def positive_int(text: str) -> int:
@@ -208,22 +212,33 @@ class Command(BaseCommand):
             sys.exit(code)
 
     def _check_database(self, queues: list[str]) -> None:
+        """Fail fast on what the worker cannot recover from: no database, no tables.
+
+        A connection cut while the check runs (a restart, pg_terminate_backend) is tried
+        again, START_CHECKS times in all, as the worker's loop would.
+        """
         from django_pgjobs.models import Job
 
-        try:
-            Job.objects.next_due_in(queues)
-        except InvalidJobOption as error:
-            raise CommandError(str(error)) from None
-        except ProgrammingError as error:
-            raise CommandError(
-                f"The job tables are missing ({str(error).splitlines()[0]}). "
-                "Run: python manage.py migrate django_pgjobs"
-            ) from None
-        except (OperationalError, DatabaseError) as error:
-            raise CommandError(
-                f"Cannot reach the jobs database '{pgjobs_settings.DATABASE}': "
-                f"{str(error).strip().splitlines()[0]}. Check DATABASES and that PostgreSQL runs."
-            ) from None
+        for attempt in range(1, START_CHECKS + 1):
+            try:
+                Job.objects.next_due_in(queues)
+                return
+            except InvalidJobOption as error:
+                raise CommandError(str(error)) from None
+            except ProgrammingError as error:
+                raise CommandError(
+                    f"The job tables are missing ({str(error).splitlines()[0]}). "
+                    "Run: python manage.py migrate django_pgjobs"
+                ) from None
+            except (OperationalError, DatabaseError) as error:
+                connections[pgjobs_settings.DATABASE].close()
+                if attempt == START_CHECKS:
+                    raise CommandError(
+                        f"Cannot reach the jobs database '{pgjobs_settings.DATABASE}': "
+                        f"{str(error).strip().splitlines()[0]}. Check DATABASES and that "
+                        "PostgreSQL runs."
+                    ) from None
+                time.sleep(START_CHECK_PAUSE_S)
 
     def _serve_metrics(self, port: int, addr: str) -> None:
         from django.core.exceptions import ImproperlyConfigured
