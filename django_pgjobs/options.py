@@ -447,7 +447,7 @@ def encode_payload(payload: Any) -> str:
     limit = pgjobs_settings.MAX_PAYLOAD_BYTES
     if type(payload) is dict:
         text = _plain_json(payload)
-        if text is not None and len(text) <= limit:
+        if text is not None and _utf8_size(text) <= limit:
             return text
     if not isinstance(payload, dict):
         raise exceptions.InvalidPayload(
@@ -517,6 +517,11 @@ def _plain_json(value: Any) -> str | None:
         except UnicodeEncodeError:
             return None
     return text
+
+
+def _utf8_size(text: str) -> int:
+    """Bytes of `text` in UTF-8 (text known to encode)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 def _of_json_types(value: Any, depth: int) -> bool:

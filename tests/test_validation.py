@@ -95,8 +95,12 @@ def test_s4_payload_size_is_capped() -> None:
     with override_settings(PGJOBS={"MAX_PAYLOAD_BYTES": 100}):
         with pytest.raises(exceptions.InvalidPayload, match="limit is 100"):
             Job.objects.enqueue("demo.t", {"blob": "x" * 200})
+        # Counted in bytes of UTF-8: 68 characters, 128 bytes.
+        with pytest.raises(exceptions.InvalidPayload, match="128 bytes"):
+            Job.objects.enqueue("demo.t", {"t": "é" * 60})
         Job.objects.enqueue("demo.t", {"blob": "x" * 50})
-    assert count() == 1
+        Job.objects.enqueue("demo.t", {"t": "é" * 40})  # 88 bytes
+    assert count() == 2
 
 
 def test_s4_deep_nesting_is_refused() -> None:
