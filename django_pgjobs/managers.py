@@ -764,9 +764,7 @@ def _write_documents(documents: Iterable[Mapping[str, Any]], using: str | None) 
     The runs join the caller's transaction, as in _executed; an exception from
     `documents` ends the pipeline and comes out (the caller rolls back what was sent).
     """
-    connection = connections[_alias(using)]
-    connection.ensure_connection()
-    connection.validate_no_broken_transaction()
+    connection = _usable_connection(using)
     raw = connection.connection
     prepare = _prepares(connection)
     started = time.monotonic()
@@ -786,10 +784,7 @@ def _write_documents(documents: Iterable[Mapping[str, Any]], using: str | None) 
         for cursor in cursors:
             cursor.close()
         if connection.queries_logged:
-            elapsed = f"{(time.monotonic() - started) / max(len(sent), 1):.3f}"
-            connection.queries_log.extend(
-                {"sql": statement.strip(), "time": elapsed} for statement in sent
-            )
+            _log_queries(connection, sent, started)
 
 
 @contextmanager
@@ -803,18 +798,29 @@ def _executed(
     instead of going through Django's client-side binding cursor. Errors come out as Django's
     database exceptions, and the statement is logged where Django would log queries.
     """
-    connection = connections[_alias(using)]
-    connection.ensure_connection()
-    connection.validate_no_broken_transaction()
+    connection = _usable_connection(using)
     logged = connection.queries_logged
     started = time.monotonic() if logged else 0.0
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(statement, params, prepare=_prepares(connection))
         yield cursor
     if logged:
-        connection.queries_log.append(
-            {"sql": statement.strip(), "time": f"{time.monotonic() - started:.3f}"}
-        )
+        _log_queries(connection, [statement], started)
+
+
+def _usable_connection(using: str | None) -> Any:
+    """Django's connection of `using`, connected, and not in a transaction an error broke."""
+    connection = connections[_alias(using)]
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    return connection
+
+
+def _log_queries(connection: Any, statements: Sequence[str], started: float) -> None:
+    """Log statements where Django logs queries, each with its share of the time since
+    `started` (time.monotonic())."""
+    elapsed = f"{(time.monotonic() - started) / max(len(statements), 1):.3f}"
+    connection.queries_log.extend({"sql": text.strip(), "time": elapsed} for text in statements)
 
 
 def _prepares(connection: Any) -> bool:
