@@ -12,8 +12,10 @@ import json
 from datetime import timedelta
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db.models import Count as DbCount
 from django.db.models import (
@@ -33,7 +35,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
-from django_pgjobs import registry
+from django_pgjobs import options, registry
+from django_pgjobs.exceptions import InvalidJobOption
 from django_pgjobs.managers import running_of_limit
 from django_pgjobs.models import DeadJob, Job, QueueControl, Schedule
 from django_pgjobs.states import JobState
@@ -82,6 +85,10 @@ def error_history(errors: list[dict[str, Any]] | None) -> SafeString:
         "<th>traceback</th></tr></thead><tbody>{}</tbody></table>",
         rows,
     )
+
+
+#: The largest job id (bigint): a search for a larger number finds no id.
+JOB_ID_MAX = 2**63 - 1
 
 
 class CappedCountPaginator(Paginator):  # type: ignore[type-arg]
@@ -175,7 +182,7 @@ class ReadOnlyJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not term:
             return queryset, False
         match = Q(kind=term) | Q(key=term)
-        if term.isdigit():
+        if term.isascii() and term.isdigit() and int(term) <= JOB_ID_MAX:
             match |= Q(id=int(term))
         return queryset.filter(match), False
 
@@ -338,16 +345,73 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
         self.message_user(request, message + ".", messages.SUCCESS)
 
 
+class QueueControlForm(forms.ModelForm):  # type: ignore[type-arg]
+    """A queue's controls; a new queue's name is checked as an enqueue would check it."""
+
+    class Meta:
+        model = QueueControl
+        fields = ("name", "paused", "max_running")
+
+    def clean_name(self) -> str:
+        try:
+            return options.validate_queue_name(self.cleaned_data["name"])
+        except InvalidJobOption as error:
+            raise forms.ValidationError(str(error)) from None
+
+
+class QueueChangeList(ChangeList):
+    """The queues that have a row, and after them those that only have jobs, dead letters
+    or settings: listed without making their rows, so that a GET writes nothing."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        if self.get_filters_params() or self.page_num > 1:
+            return
+        with_rows = set(self.root_queryset.values_list("name", flat=True))
+        term = self.query.strip()
+        unlisted = [
+            status
+            for status in QueueControl.objects.status()
+            if status.queue not in with_rows and term in status.queue
+        ]
+        virtual = []
+        for status in unlisted:
+            queue = QueueControl(name=status.queue, paused=False, limit_from_settings=False)
+            queue.running = status.running.value  # type: ignore[attr-defined]
+            virtual.append(queue)
+        self.result_list = [*self.result_list, *virtual]
+        self.result_count += len(unlisted)
+        self.full_result_count = (self.full_result_count or 0) + len(unlisted)
+
+
 @admin.register(QueueControl)
 class QueueControlAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Every queue with jobs, paused or limited: pause, resume, and its running limit."""
 
+    form = QueueControlForm
     list_display = ("name", "paused", "running_of_limit", "limit_from_settings", "paused_at")
     list_filter = ("paused",)
     actions = ("pause", "resume")
     fields = ("name", "paused", "max_running", "limit_from_settings", "paused_at", "updated_at")
     change_list_template = "admin/django_pgjobs/change_list.html"
     search_fields = ("name",)
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return QueueChangeList
+
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> QueueControl | None:
+        """A queue's row, or an unsaved one for a valid name without a row yet (its page
+        can then set a limit or pause it, which makes the row)."""
+        found: QueueControl | None = super().get_object(request, object_id, from_field)
+        if found is not None or from_field is not None:
+            return found
+        try:
+            name = options.validate_queue_name(object_id)
+        except InvalidJobOption:
+            return None
+        return QueueControl(name=name, paused=False, limit_from_settings=False)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         readonly = ["limit_from_settings", "paused_at", "updated_at"]
@@ -363,12 +427,23 @@ class QueueControlAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        # List every queue of the glance (with jobs or dead letters, or configured), not
-        # only the controlled ones.
-        glance = QueueControl.objects.status()
-        QueueControl.objects.ensure([status.queue for status in glance])
-        context = {"glance": glance, "chart": throughput_chart()}
+        if request.method == "POST" and request.POST.get("action"):
+            self._make_selected_rows(request)
+        context = {"glance": QueueControl.objects.status(), "chart": throughput_chart()}
         return super().changelist_view(request, {**(extra_context or {}), **context})
+
+    def _make_selected_rows(self, request: HttpRequest) -> None:
+        """Before an action, give the selected queues that have none a row, so that the
+        action finds them (only for those allowed to act)."""
+        if not self.has_change_permission(request):
+            return
+        names = []
+        for name in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+            try:
+                names.append(options.validate_queue_name(name))
+            except InvalidJobOption:
+                continue
+        QueueControl.objects.ensure(names)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[QueueControl]:
         running = (
@@ -387,8 +462,7 @@ class QueueControlAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def save_model(self, request: HttpRequest, obj: QueueControl, form: Any, change: bool) -> None:
         # Through the manager, so that a resume or a new limit wakes the workers.
-        if not change:
-            QueueControl.objects.ensure([obj.name])
+        QueueControl.objects.ensure([obj.name])
         if "paused" in form.changed_data or not change:
             if obj.paused:
                 QueueControl.objects.pause(obj.name)

@@ -17,6 +17,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
 DAY = 86_400
+#: The largest MAX_PAYLOAD_BYTES accepted: half of what one jsonb value may hold.
+MAX_PAYLOAD_BYTES_LIMIT = 128 * 1024 * 1024
 
 #: Keys a queue may override, with the global defaults they fall back to.
 QUEUE_OPTION_KEYS = (
@@ -233,6 +235,12 @@ class Settings:
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be a whole number >= 1.")
+        if self.MAX_PAYLOAD_BYTES > MAX_PAYLOAD_BYTES_LIMIT:
+            raise ImproperlyConfigured(
+                f"PGJOBS['MAX_PAYLOAD_BYTES'] must be at most {MAX_PAYLOAD_BYTES_LIMIT:,} "
+                "(128 MiB): PostgreSQL's jsonb holds at most 255 MB, and payloads this large "
+                "belong in a table of their own."
+            )
         if not _is_int(self.PREFETCH) or self.PREFETCH < 0:
             raise ImproperlyConfigured("PGJOBS['PREFETCH'] must be a whole number >= 0.")
         for name in ("POLL_INTERVAL",):

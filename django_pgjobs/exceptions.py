@@ -30,6 +30,10 @@ class InvalidPayload(InvalidJobOption):
     """The payload is not a JSON object that PostgreSQL can store."""
 
 
+class ResultTooLarge(InvalidPayload):
+    """A handler's result is longer than MAX_PAYLOAD_BYTES of JSON."""
+
+
 class InvalidPriority(InvalidJobOption):
     """The priority is not a whole number between -100 and 100."""
 

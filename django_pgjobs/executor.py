@@ -27,9 +27,17 @@ from typing import Any
 from django.db import DatabaseError, transaction
 
 from django_pgjobs import registry, signals
-from django_pgjobs.exceptions import Fail, InvalidPayload, LeaseLost, Retry
-from django_pgjobs.handles import Failure, JobHandle
-from django_pgjobs.options import encode_result
+from django_pgjobs.exceptions import (
+    Fail,
+    InvalidPayload,
+    InvalidSchedule,
+    LeaseLost,
+    ResultTooLarge,
+    Retry,
+)
+from django_pgjobs.faults import describe, is_outage
+from django_pgjobs.handles import Failure, JobHandle, reason_text
+from django_pgjobs.options import encode_result, validate_retry_delay
 from django_pgjobs.registry import JobDefinition
 
 logger = logging.getLogger("django_pgjobs.jobs")
@@ -96,7 +104,7 @@ class Executor:
             if handle.finished:  # the handler acked, retried or failed its own claim
                 return self._finish(handle, Verdict.RECORDED, started)
             _check_result(result)
-        except Exception as error:
+        except BaseException as error:  # SystemExit and its kin too: a job never stops a worker
             return self._classify(handle, error, started)
         return self._finish(handle, Verdict.ACK, started, result=result)
 
@@ -112,37 +120,59 @@ class Executor:
                     with transaction.atomic(using=handle.using):
                         result = self._call(handle, definition)
                         _check_result(result)
-                except Exception as error:
+                except BaseException as error:
                     outcome = self._classify(handle, error, started)
                     _record(outcome)
                     return _as_recorded(outcome)
                 Job.objects.ack_batch([handle], [result])
         except DatabaseError as error:
-            # The transaction could not commit (the connection broke, say): nothing of
-            # this run stands, and the claim comes back after its lease.
             logger.warning(
                 "job id=%s kind=%s attempt=%s: transaction mode could not commit: %s",
                 handle.id,
                 handle.kind,
                 handle.attempt,
-                error,
+                describe(error),
             )
-            return self._finish(handle, Verdict.LOST, started)
+            if is_outage(error):
+                # The connection broke, say: nothing of this run stands, and the claim
+                # comes back after its lease.
+                return self._finish(handle, Verdict.LOST, started)
+            # The database refused the transaction's data (a deferred constraint of the
+            # handler's writes at commit, say): nothing of it stands, and the claim is
+            # still current, so the attempt is recorded as failed, outside it (S27).
+            failure = Failure.from_exception(
+                error, text=f"the transaction could not commit: {describe(error)}"
+            )
+            return self._retry(handle, failure, None, started)
         return _as_recorded(self._finish(handle, Verdict.ACK, started, result=result))
 
-    def _classify(self, handle: JobHandle, error: Exception, started: float) -> Outcome:
+    def _classify(self, handle: JobHandle, error: BaseException, started: float) -> Outcome:
         if isinstance(error, LeaseLost):
             return self._finish(handle, Verdict.LOST, started)
         if isinstance(error, Retry):
-            failure = Failure.from_exception(error, text=error.reason)
-            return self._retry(handle, failure, error.delay, started)
+            return self._retry_raised(handle, error, started)
         if isinstance(error, Fail):
-            failure = Failure.from_exception(error, text=error.reason)
+            failure = Failure.from_exception(error, text=reason_text(error.reason, "failed"))
             return self._finish(handle, Verdict.FAIL, started, failure=failure)
         if isinstance(error, ResultNotJson):
             failure = Failure.from_exception(error, text=str(error))
             return self._finish(handle, Verdict.FAIL, started, failure=failure)
         return self._retry(handle, Failure.from_exception(error), None, started)
+
+    def _retry_raised(self, handle: JobHandle, error: Retry, started: float) -> Outcome:
+        """A handler raised Retry: after its delay, or the backoff when it gives none.
+
+        A delay in the past means now. One that is no duration at all (NaN, a century,
+        a string) is the handler's bug: the backoff is used, and the error says so (S27).
+        """
+        reason = reason_text(error.reason, "retry requested")
+        try:
+            delay = validate_retry_delay(error.delay)
+        except InvalidSchedule as problem:
+            delay = None
+            reason = f"{reason} ({problem} The queue's backoff was used instead.)"
+        failure = Failure.from_exception(error, text=reason)
+        return self._retry(handle, failure, delay, started)
 
     def _call(self, handle: JobHandle, definition: JobDefinition) -> Any:
         args = (handle,) if definition.takes_context else ()
@@ -220,8 +250,12 @@ class ResultNotJson(Exception):
 def _check_result(result: Any) -> None:
     try:
         encode_result(result)
+    except ResultTooLarge as error:
+        raise ResultNotJson(str(error)) from None
     except InvalidPayload as error:
         raise ResultNotJson(f"result is not JSON: {error}") from None
+    except Exception as error:  # a hostile value: a dict whose items() raises, say
+        raise ResultNotJson(f"result is not JSON: {describe(error)}") from None
 
 
 def _record(outcome: Outcome) -> None:

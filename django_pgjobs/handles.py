@@ -18,6 +18,12 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 
 from django_pgjobs.exceptions import LeaseLost
+from django_pgjobs.options import (
+    ERROR_TEXT_MAX_CHARS,
+    TRACEBACK_MAX_CHARS,
+    safe_str,
+    storable_text,
+)
 
 if TYPE_CHECKING:
     from django_pgjobs.managers import JobManager
@@ -25,23 +31,37 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """One failed attempt, as recorded in a job's `errors`."""
+    """One failed attempt, as recorded in a job's `errors`.
+
+    Its texts are made storable as it is made (S27): whatever a handler raised, its
+    failure can be written (NUL and lone surrogates escaped, lengths bounded).
+    """
 
     error: str
     traceback: str | None = None
     exception: str | None = None
 
+    def __post_init__(self) -> None:
+        error = reason_text(self.error, "(no error text)")
+        object.__setattr__(self, "error", storable_text(error, ERROR_TEXT_MAX_CHARS))
+        if self.traceback is not None:
+            traceback = storable_text(self.traceback, TRACEBACK_MAX_CHARS)
+            object.__setattr__(self, "traceback", traceback)
+        if self.exception is not None:
+            exception = storable_text(self.exception, ERROR_TEXT_MAX_CHARS)
+            object.__setattr__(self, "exception", exception)
+
     @classmethod
     def from_exception(cls, error: BaseException, text: str | None = None) -> Failure:
         """The failure an exception describes; `text` replaces its "Class: message"."""
         kind = type(error)
-        message = str(error)
+        if text is None:
+            message = safe_str(error)
+            text = f"{kind.__name__}: {message}" if message else kind.__name__
         return cls(
-            error=text
-            if text is not None
-            else (f"{kind.__name__}: {message}" if message else kind.__name__),
-            traceback="".join(traceback_module.format_exception(error)),
-            exception=f"{kind.__module__}.{kind.__qualname__}",
+            error=text,
+            traceback=_formatted(error),
+            exception=f"{safe_str(kind.__module__)}.{kind.__qualname__}",
         )
 
     @classmethod
@@ -53,6 +73,21 @@ class Failure:
         if isinstance(error, str):
             return cls(error=error)
         raise TypeError(f"An error must be a string or an exception, not {type(error).__name__}.")
+
+
+def reason_text(reason: object, default: str) -> str:
+    """A reason as given (S15: a dead letter's, verbatim), or `default` when it says
+    nothing (None, or blank)."""
+    text = "" if reason is None else safe_str(reason)
+    return text if text.strip() else default
+
+
+def _formatted(error: BaseException) -> str:
+    """The traceback of `error` as text; never raises, whatever the exception holds."""
+    try:
+        return "".join(traceback_module.format_exception(error))
+    except BaseException as failure:  # a hostile __notes__ or cause chain
+        return f"(the traceback could not be formatted: {type(failure).__name__})"
 
 
 @dataclass(slots=True, eq=False)
@@ -97,11 +132,13 @@ class JobHandle:
         With no attempts left the job is dead-lettered as "max attempts exceeded".
         Returns False, changing nothing, if the claim is not current.
         """
-        return self._manager().retry_batch([(self, Failure.of(error), delay)]) == 1
+        given = reason_text(error, "retry requested") if isinstance(error, str) else error
+        return self._manager().retry_batch([(self, Failure.of(given), delay)]) == 1
 
     def fail(self, error: str | BaseException | None = None) -> bool:
         """Dead-letter the job at once with `error` as its reason, "failed" by default (S15)."""
-        failure = Failure.of("failed" if error is None else error)
+        given = reason_text(error, "failed") if error is None or isinstance(error, str) else error
+        failure = Failure.of(given)
         return self._manager().fail_batch([(self, failure)]) == 1
 
     def heartbeat(self, extend: float | timedelta | None = None) -> bool:

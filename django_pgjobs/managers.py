@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -22,7 +21,7 @@ from django.db.models.functions import Now
 
 from django_pgjobs import options, registry, signals, sql
 from django_pgjobs.conf import pgjobs_settings
-from django_pgjobs.exceptions import InvalidJobOption, InvalidSchedule
+from django_pgjobs.exceptions import InvalidJobOption
 from django_pgjobs.handles import Failure, JobHandle
 from django_pgjobs.options import UNSET
 
@@ -262,16 +261,18 @@ class JobManager(models.Manager["Job"]):
         """
         batch = _EnqueueBatch(options.validate_conflict_mode(on_conflict))
         documents = batch.documents(jobs)
-        first = next(documents, None)  # the first ENQUEUE_CHUNK jobs, validated
+        first = next(documents, None)  # the first document's jobs, validated
         if first is None:
             return []
-        if len(batch.jobs) < ENQUEUE_CHUNK:  # every job is in it
-            chunks = _write_documents([first], using)
+        document, last = first
+        if last:  # every job is in it
+            chunks = _write_documents([document], using)
         else:
             # A document is written while the next is validated: a job found invalid
             # later rolls back the documents sent before it.
+            rest = (document for document, _ in documents)
             with transaction.atomic(using=_alias(using)):
-                chunks = _write_documents(itertools.chain([first], documents), using)
+                chunks = _write_documents(itertools.chain([document], rest), using)
         results = batch.results(chunks)
         _announce_enqueued(batch.jobs, results)
         return results
@@ -1237,11 +1238,11 @@ SWEEP_LOCK_ID = int.from_bytes(b"pgjobsSW", "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 def _retry_delay(handle: JobHandle, delay: float | timedelta | None) -> float:
-    if delay is None:
+    """The delay before a retry, in seconds: `delay` (a past one meaning now), or the
+    kind's backoff when None. Raises InvalidSchedule for a delay that is no duration."""
+    seconds = options.validate_retry_delay(delay)
+    if seconds is None:
         return float(registry.backoff_for(handle.kind, handle.queue).delay(handle.attempt))
-    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise InvalidSchedule(f"A retry delay must be a non-negative duration, not {delay!r}.")
     return seconds
 
 
@@ -1299,6 +1300,9 @@ def _mark_finished(
 #: Jobs per statement of enqueue_many: big enough that a statement's cost is its rows,
 #: small enough that the server starts writing soon after the call starts.
 ENQUEUE_CHUNK = 2000
+#: Most bytes of one document of enqueue_many (a single job larger than it goes alone):
+#: far below PostgreSQL's 1 GB message and 255 MB jsonb limits, whatever the payloads.
+ENQUEUE_DOCUMENT_BYTES = 64 * 1024 * 1024
 
 
 class _EnqueueBatch:
@@ -1309,27 +1313,37 @@ class _EnqueueBatch:
         self.jobs: list[options.ResolvedJob] = []
         self._positions: list[list[tuple[int, bool]]] = []
 
-    def documents(self, jobs: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
-        """ENQUEUE_JOBS' parameters for each ENQUEUE_CHUNK jobs, validated as they come.
+    def documents(self, jobs: Iterable[Mapping[str, Any]]) -> Iterator[tuple[dict[str, Any], bool]]:
+        """ENQUEUE_JOBS' parameters for each ENQUEUE_CHUNK jobs (fewer when their rows
+        would pass ENQUEUE_DOCUMENT_BYTES), validated as they come, each with whether it
+        is the last.
 
         Raises:
-            InvalidJobOption: naming the job's index; its chunk is not yielded.
+            InvalidJobOption: naming the job's index; its document is not yielded.
         """
         resolver = options.BatchResolver()
         chunk: list[options.ResolvedJob] = []
         rows: list[str] = []
-        for index, job in enumerate(jobs):
+        size = 0
+        remaining = iter(enumerate(jobs))
+        upcoming = next(remaining, None)
+        while upcoming is not None:
+            index, job = upcoming
             try:
                 resolved, row = resolver.resolve(job)
             except InvalidJobOption as error:
                 raise type(error)(f"jobs[{index}]: {error}") from None
+            row_size = options.utf8_size(row)
+            if chunk and size + row_size > ENQUEUE_DOCUMENT_BYTES:
+                yield self._document(chunk, rows), False
+                chunk, rows, size = [], [], 0
             chunk.append(resolved)
             rows.append(row)
-            if len(chunk) == ENQUEUE_CHUNK:
-                yield self._document(chunk, rows)
-                chunk, rows = [], []
-        if chunk:
-            yield self._document(chunk, rows)
+            size += row_size + 1
+            upcoming = next(remaining, None)
+            if len(chunk) == ENQUEUE_CHUNK or upcoming is None:
+                yield self._document(chunk, rows), upcoming is None
+                chunk, rows, size = [], [], 0
 
     def _document(self, chunk: list[options.ResolvedJob], rows: list[str]) -> dict[str, Any]:
         self.jobs += chunk

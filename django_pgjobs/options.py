@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, Final, NamedTuple
 
 from django_pgjobs import exceptions, registry
@@ -34,6 +36,12 @@ _INT_LIMIT: Final = 10**PAYLOAD_INT_MAX_DIGITS
 CONFLICT_MODES: Final = ("replace", "keep_schedule", "ignore")
 #: Longest delay, expiry or retention accepted: a century keeps every timestamp in range.
 MAX_DURATION_S: Final = 100 * 365 * 86_400
+#: Most jobs one claim statement may take.
+MAX_CLAIM_SIZE: Final = 100_000
+#: Longest error text kept of one failed attempt (and of a dead letter's reason), and
+#: longest traceback: past them the middle is cut out, and the cut is marked (S27).
+ERROR_TEXT_MAX_CHARS: Final = 2_000
+TRACEBACK_MAX_CHARS: Final = 20_000
 
 #: Marks an option the caller did not give (None can be a meaningful value).
 UNSET: Final[Any] = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
@@ -432,7 +440,43 @@ def validate_claim_size(n: Any) -> int:
         raise exceptions.InvalidClaimSize(
             f"The number of jobs to claim must be a whole number, not {n!r}."
         )
+    if n > MAX_CLAIM_SIZE:
+        raise exceptions.InvalidClaimSize(
+            f"A claim takes at most {MAX_CLAIM_SIZE:,} jobs, not {n:,}: claim in batches."
+        )
     return int(n)
+
+
+def validate_retry_delay(delay: Any) -> float | None:
+    """Return a retry delay in seconds (None: the backoff), or raise InvalidSchedule.
+
+    A delay is a number of seconds (int, float, Decimal, Fraction) or a timedelta. A delay in
+    the past (negative) means now: a Retry-After that passed while the handler ran is
+    an ordinary thing. NaN, infinity, more than a century, or not a number at all is a
+    handler's bug (S27).
+    """
+    if delay is None:
+        return None
+    if isinstance(delay, timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, bool) or not isinstance(delay, numbers.Real | Decimal):
+        raise exceptions.InvalidSchedule(
+            f"A retry delay must be a number of seconds or a timedelta, not {delay!r}."
+        )
+    else:
+        try:
+            seconds = float(delay)
+        except (ValueError, OverflowError):  # a signalling NaN, a huge Fraction
+            seconds = math.nan
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise exceptions.InvalidSchedule(
+            f"A retry delay must be a finite number of seconds, not {delay!r}."
+        )
+    if seconds > MAX_DURATION_S:
+        raise exceptions.InvalidSchedule(
+            f"A retry delay of {delay!r} is longer than a century, the longest accepted."
+        )
+    return max(seconds, 0.0)
 
 
 def encode_payload(payload: Any) -> str:
@@ -447,7 +491,7 @@ def encode_payload(payload: Any) -> str:
     limit = pgjobs_settings.MAX_PAYLOAD_BYTES
     if type(payload) is dict:
         text = _plain_json(payload)
-        if text is not None and _utf8_size(text) <= limit:
+        if text is not None and utf8_size(text) <= limit:
             return text
     if not isinstance(payload, dict):
         raise exceptions.InvalidPayload(
@@ -470,21 +514,60 @@ def encode_payload(payload: Any) -> str:
 
 
 def encode_result(result: Any) -> str | None:
-    """Return a job's result as JSON text (None for None), or raise InvalidPayload."""
+    """Return a job's result as JSON text (None for None), or raise InvalidPayload.
+
+    A result is JSON data of the same kinds as a payload (any JSON value, not only an
+    object), at most MAX_PAYLOAD_BYTES long.
+    """
     if result is None:
         return None
+    limit = pgjobs_settings.MAX_PAYLOAD_BYTES
     text = _plain_json(result)
-    if text is not None:
-        return text
-    _check_json_value(result, "result", 0)
-    text = _JSON.encode(result)
+    if text is None:
+        _check_json_value(result, "result", 0)
+        text = _JSON.encode(result)
     try:
-        text.encode("utf-8")
+        size = utf8_size(text)
     except UnicodeEncodeError:
         raise exceptions.InvalidPayload(
             "The result holds a string that is not valid Unicode text (a lone surrogate)."
         ) from None
+    if size > limit:
+        raise exceptions.ResultTooLarge(
+            f"result is {size} bytes of JSON; the limit is {limit} "
+            "(PGJOBS['MAX_PAYLOAD_BYTES']): store large results in a table and return its id."
+        )
     return text
+
+
+def storable_text(value: object, limit: int) -> str:
+    """Return `value` as text PostgreSQL stores as it is (S27): NUL escaped as `\\x00`,
+    lone surrogates as `\\udXXX`, at most `limit` characters (the middle cut out and
+    the cut marked). A value whose `str()` raises reads as its class and that failure.
+    """
+    text = value if type(value) is str else safe_str(value)
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > limit:
+        head = limit // 2
+        cut = len(text) - limit
+        tail = text[len(text) - (limit - head) :]
+        text = f"{text[:head]}\n... [{cut:,} characters cut] ...\n{tail}"
+    return text
+
+
+def safe_str(value: object) -> str:
+    """`str(value)`, or what it is when its `__str__` fails (a handler's own classes)."""
+    try:
+        text = str(value)
+        return str.__str__(text)
+    except BaseException as error:  # a hostile __str__ must not take the worker down
+        return f"<str() raised {type(error).__name__} on a {type(value).__name__}>"
 
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -519,7 +602,7 @@ def _plain_json(value: Any) -> str | None:
     return text
 
 
-def _utf8_size(text: str) -> int:
+def utf8_size(text: str) -> int:
     """Bytes of `text` in UTF-8 (text known to encode)."""
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 

@@ -43,6 +43,7 @@ from django_pgjobs import registry
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.exceptions import InvalidJobOption
 from django_pgjobs.executor import Executor, Outcome, Verdict
+from django_pgjobs.faults import describe, is_outage, read_only
 from django_pgjobs.handles import Failure, JobHandle
 from django_pgjobs.listener import Listener
 from django_pgjobs.maintenance import Sweeper
@@ -54,8 +55,6 @@ logger = logging.getLogger("django_pgjobs.worker")
 HEARTBEAT_FRACTION = 1 / 3
 #: Longest wait between attempts to reach a database that went away.
 RECONNECT_BACKOFF_CAP_S = 30.0
-#: SQLSTATE of a write refused by a read-only server or transaction.
-READ_ONLY_SQL_TRANSACTION = "25006"
 #: Seconds between two writes of this worker's per-minute counts (the admin's chart).
 STATS_INTERVAL_S = 10.0
 #: After the first of a batch of jobs finishes, wait up to this long for the rest, so
@@ -339,23 +338,30 @@ class Worker:
             if gather > 0:
                 self._wait(gather)
                 continue
-            self._collect()
-            self._flush()
+            self._contained("collect outcomes", self._collect)
+            self._contained("record outcomes", self._flush)
             if self._stop_requested.is_set():
-                self._release_waiting()
+                self._contained("hand back waiting jobs", self._release_waiting)
                 if not self._running and not self._unflushed():
                     return
                 if self._stop_deadline is not None and now >= self._stop_deadline:
-                    self._release_running()
+                    self._contained("hand back running jobs", self._release_running)
                     return
             elif self._exhausted():
                 return
             else:
-                self._claim_if_possible(now)
-            self._heartbeat_due(now)
-            self._record_stats(now)
+                self._contained("claim", self._claim_if_possible, now)
+            self._contained("heartbeat", self._heartbeat_due, now)
+            self._contained("record the per-minute counts", self._record_stats, now)
             self._report(now)
             self._wait(self._timeout(time.monotonic()))
+
+    def _contained(self, what: str, step: Callable[..., None], *args: Any) -> None:
+        """Run one step of the loop; whatever it raises is a fault, never the loop's end."""
+        try:
+            step(*args)
+        except Exception as error:
+            self._fault(what, error)
 
     def _gather_time_left(self, now: float) -> float:
         """Seconds to keep waiting for more of the running jobs to finish (0: go now)."""
@@ -416,8 +422,8 @@ class Worker:
         try:
             Job.objects.tune_worker_connection(using=self.using)
             handles = Job.objects.claim_batch(self.queues, free, self.worker_id, using=self.using)
-        except DatabaseError as error:
-            self._database_failed("claim", error)
+        except Exception as error:
+            self._fault("claim", error)
             return
         self._database_ok()
         self._hand_out(handles)
@@ -427,8 +433,8 @@ class Worker:
             self._maybe_more = False
             try:
                 wait = Job.objects.next_due_in(self.queues, using=self.using)
-            except DatabaseError as error:
-                self._database_failed("claim", error)
+            except Exception as error:
+                self._fault("claim", error)
                 return
             self._next_due = None if wait is None else time.monotonic() + wait
 
@@ -525,38 +531,114 @@ class Worker:
 
     def _flush(self) -> None:
         """Record buffered outcomes: one statement for the acks, one for the retries, one
-        for the failures. On a database error they stay buffered and are tried again; a
-        claim that lapsed meanwhile is refused (S10) and its job runs again."""
+        for the failures (S17).
+
+        An outage keeps them buffered, to be tried again once the database is back (a
+        claim that lapsed meanwhile is refused, S10, and its job runs again). A statement
+        the database refuses for its data is tried job by job, and a job whose outcome
+        cannot be stored is dead-lettered alone (S27).
+        """
         if not self._unflushed() or time.monotonic() < self._db_retry_at:
             return
-        from django_pgjobs.models import Job
-
-        try:
-            if self._acks:
-                handles = [handle for handle, _ in self._acks]
-                acked = Job.objects.ack_batch(handles, [result for _, result in self._acks])
-                self.stats.succeeded += acked
-                self.stats.lost += len(handles) - acked
-                self._acks = []
-            if self._retries:
-                recorded = Job.objects.retry_batch(self._retries)
-                spent = sum(1 for h, _, _ in self._retries if h.attempt >= h.max_attempts)
-                self.stats.dead += spent
-                self.stats.retried += recorded - spent
-                self.stats.lost += len(self._retries) - recorded
-                self._retries = []
-            if self._fails:
-                recorded = Job.objects.fail_batch(self._fails)
-                self.stats.dead += recorded
-                self.stats.lost += len(self._fails) - recorded
-                self._fails = []
-        except DatabaseError as error:
-            self._database_failed("record outcomes", error)
-            return
+        batches: tuple[tuple[list[Any], Callable[[list[Any]], None]], ...] = (
+            (self._acks, self._record_acks),
+            (self._retries, self._record_retries),
+            (self._fails, self._record_fails),
+        )
+        for buffer, record in batches:
+            if buffer and not self._record(buffer, record):
+                return
         self._database_ok()
         self.stats.last_recorded_at = time.time()
         # A completion may have promoted a key's trigger or scheduled an immediate retry.
         self._maybe_more = True
+
+    def _record(self, buffer: list[Any], record: Callable[[list[Any]], None]) -> bool:
+        """Record the outcomes of `buffer` (each a tuple starting with its handle) and
+        empty it; return False when an outage stopped it, leaving the rest buffered."""
+        try:
+            record(buffer)
+        except Exception as error:
+            if is_outage(error):
+                self._fault("record outcomes", error)
+                return False
+            logger.warning(
+                "the database refused a batch of %s outcomes (%s); recording them one by one",
+                len(buffer),
+                describe(error),
+            )
+        else:
+            buffer.clear()
+            return True
+        while buffer:
+            try:
+                record(buffer[:1])
+            except Exception as refused:
+                if is_outage(refused):
+                    self._fault("record outcomes", refused)
+                    return False
+                if not self._bury_unstorable(buffer[0][0], refused):
+                    return False
+            del buffer[0]
+        return True
+
+    def _record_acks(self, acks: list[tuple[JobHandle, Any]]) -> None:
+        from django_pgjobs.models import Job
+
+        handles = [handle for handle, _ in acks]
+        acked = Job.objects.ack_batch(handles, [result for _, result in acks])
+        self.stats.succeeded += acked
+        self.stats.lost += len(handles) - acked
+
+    def _record_retries(self, retries: list[tuple[JobHandle, Failure, float | None]]) -> None:
+        from django_pgjobs.models import Job
+
+        recorded = Job.objects.retry_batch(retries)
+        spent = sum(1 for handle, _, _ in retries if handle.attempt >= handle.max_attempts)
+        self.stats.dead += spent
+        self.stats.retried += recorded - spent
+        self.stats.lost += len(retries) - recorded
+
+    def _record_fails(self, fails: list[tuple[JobHandle, Failure]]) -> None:
+        from django_pgjobs.models import Job
+
+        recorded = Job.objects.fail_batch(fails)
+        self.stats.dead += recorded
+        self.stats.lost += len(fails) - recorded
+
+    def _bury_unstorable(self, handle: JobHandle, refused: Exception) -> bool:
+        """Dead-letter a job whose outcome the database refused to store (S27); return
+        False when an outage stopped that too (the outcome stays buffered)."""
+        from django_pgjobs.models import Job
+
+        reason = f"the outcome could not be stored: {describe(refused)}"
+        try:
+            buried = Job.objects.fail_batch([(handle, Failure.from_exception(refused, reason))])
+        except Exception as error:
+            if is_outage(error):
+                self._fault("record outcomes", error)
+                return False
+            logger.error(
+                "job id=%s kind=%s: %s, and the job could not be dead-lettered either (%s); "
+                "it runs again once its claim lapses",
+                handle.id,
+                handle.kind,
+                reason,
+                describe(error),
+            )
+            self.stats.lost += 1
+            return True
+        logger.error(
+            "job dead id=%s kind=%s attempt=%s/%s reason=%r",
+            handle.id,
+            handle.kind,
+            handle.attempt,
+            handle.max_attempts,
+            reason,
+        )
+        self.stats.dead += buried
+        self.stats.lost += 1 - buried
+        return True
 
     def _heartbeat_due(self, now: float) -> None:
         if now < self._next_heartbeat_at or now < self._db_retry_at:
@@ -576,9 +658,9 @@ class Worker:
 
         try:
             extended = Job.objects.heartbeat_unlocked([r.handle for r in due])
-        except DatabaseError as error:
+        except Exception as error:
             self._next_heartbeat_at = now  # try again once the database is back
-            self._database_failed("heartbeat", error)
+            self._fault("heartbeat", error)
             return
         self._database_ok()
         extended_tokens = {handle.token for handle in extended}
@@ -625,9 +707,12 @@ class Worker:
 
         try:
             released = Job.objects.release_batch(handles)
-        except DatabaseError as error:
+        except Exception as error:
             logger.warning(
-                "could not hand back %s %s (%s); their leases will", len(handles), which, error
+                "could not hand back %s %s (%s); their leases will",
+                len(handles),
+                which,
+                describe(error),
             )
             return
         logger.log(
@@ -733,8 +818,10 @@ class Worker:
 
     # Database faults -----------------------------------------------------------------
 
-    def _database_failed(self, what: str, error: DatabaseError) -> None:
-        """Log, drop the connection, and back off before the next database call."""
+    def _fault(self, what: str, error: Exception) -> None:
+        """Log a failed step, drop the connection, and back off before the next database
+        call. An outage is waited out; anything else is logged with its traceback, and
+        backed off alike, so that a fault that repeats never spins the loop."""
         self._db_failures += 1
         delay = min(RECONNECT_BACKOFF_CAP_S, 0.25 * 2 ** min(self._db_failures, 8))
         delay *= random.uniform(0.5, 1.0)
@@ -752,15 +839,19 @@ class Worker:
                 what,
                 delay,
             )
-        else:
+        elif is_outage(error):
             log(
-                "database error during %s (%s: %s); reconnecting in %.1fs",
-                what,
-                type(error).__name__,
-                str(error).strip().splitlines()[0] if str(error).strip() else "",
-                delay,
+                "database error during %s (%s); reconnecting in %.1fs", what, describe(error), delay
             )
-        with contextlib.suppress(DatabaseError):
+        else:
+            logger.error(
+                "unexpected error during %s (%s); trying again in %.1fs",
+                what,
+                describe(error),
+                delay,
+                exc_info=warn,
+            )
+        with contextlib.suppress(Exception):
             connections[self.using].close()
         self._maybe_more = True
 
@@ -775,7 +866,11 @@ class Worker:
     def _report(self, now: float) -> None:
         if self.on_status is not None and now - self._last_status >= self.status_interval:
             self._last_status = now
-            self.on_status(self.stats)
+            try:
+                self.on_status(self.stats)
+            except Exception:
+                logger.exception("the status callback raised; it is switched off")
+                self.on_status = None
 
     # Threads -----------------------------------------------------------------------
 
@@ -806,19 +901,26 @@ class Worker:
 
     @staticmethod
     def _run_one(executor: Executor, handle: JobHandle) -> Outcome:
+        """Run one job; whatever happens, return its outcome (S27: never the thread's end)."""
         try:
             return executor.run(handle)
         except BaseException as error:
-            logger.exception("job id=%s kind=%s: handler raised %r", handle.id, handle.kind, error)
+            failure = Failure.from_exception(error)
+            logger.error(
+                "job id=%s kind=%s: the executor raised %s", handle.id, handle.kind, failure.error
+            )
             return Outcome(
                 handle=handle,
                 verdict=Verdict.RETRY,
                 duration=0.0,
-                failure=Failure.from_exception(error),
+                failure=failure,
                 delay=float(registry.backoff_for(handle.kind, handle.queue).delay(handle.attempt)),
             )
         finally:
-            reset_connections()
+            try:
+                reset_connections()
+            except Exception as error:
+                logger.warning("could not reset the connections after a job: %s", describe(error))
 
     def _scheduler_thread(self) -> None:
         """Sync the declared schedules, then enqueue every due tick: one job per tick,
@@ -841,10 +943,15 @@ class Worker:
                     logger.error("schedules not synced: %s", error)
                     synced = True
                     wait = self.poll_interval
-                except DatabaseError as error:
+                except Exception as error:
                     failures += 1
                     wait = min(RECONNECT_BACKOFF_CAP_S, 0.5 * 2**failures)
-                    logger.warning("scheduler: %s; next try in %.1fs", error, wait)
+                    logger.warning(
+                        "scheduler: %s; next try in %.1fs",
+                        describe(error),
+                        wait,
+                        exc_info=not is_outage(error),
+                    )
                     connections[self.using].close()
         finally:
             connections.close_all()
@@ -856,8 +963,13 @@ class Worker:
             while not self._background_stop.wait(wait):
                 try:
                     sweeper.run_once()
-                except DatabaseError as error:
-                    logger.warning("sweep failed (%s); next try in %ss", error, self.sweep_interval)
+                except Exception as error:
+                    logger.warning(
+                        "sweep failed (%s); next try in %ss",
+                        describe(error),
+                        self.sweep_interval,
+                        exc_info=not is_outage(error),
+                    )
                     connections[self.using].close()
                 wait = self.sweep_interval
         finally:
@@ -893,12 +1005,6 @@ def reset_connections() -> None:
                 connection.errors_occurred = False
             else:
                 connection.close()
-
-
-def read_only(error: BaseException) -> bool:
-    """True when `error` is PostgreSQL refusing a write on a read-only server (25006)."""
-    cause = error if isinstance(error, psycopg.Error) else error.__cause__
-    return getattr(cause, "sqlstate", None) == READ_ONLY_SQL_TRANSACTION
 
 
 def _seconds(value: float | timedelta | None, default: float | timedelta) -> float:

@@ -109,3 +109,14 @@ def slow_first(ctx: JobHandle, seconds: float) -> None:
     _note(ctx, "start")
     if ctx.attempt == 1:
         time.sleep(seconds)
+
+
+#: What each tests.poison job does, by job id: a callable set by the test before a worker
+#: of this process runs the job (the workers of these tests run in-process).
+POISON: dict[int, Any] = {}
+
+
+@job(name="tests.poison", queue="poison", max_attempts=2, backoff=(1, 1))
+def poison(ctx: JobHandle) -> Any:
+    """Raise or return whatever the test chose for this job: the hostile handler."""
+    return POISON[ctx.id](ctx)
