@@ -1,9 +1,11 @@
 """The jobs the benchmarks run."""
 
 import time
+from typing import Any
 
 from bench.models import Stamp
 from django_pgjobs import job
+from django_pgjobs.chaos.poison import act
 from django_pgjobs.handles import JobHandle
 
 
@@ -23,3 +25,9 @@ def hold(ctx: JobHandle, seconds: float) -> None:
     """Hold the first attempt for `seconds` (long enough to be killed); later ones return."""
     if ctx.attempt == 1:
         time.sleep(seconds)
+
+
+@job(name="bench.poison", max_attempts=3, backoff=(1, 1))
+def poison(how: str) -> Any:
+    """A hostile handler (django_pgjobs.chaos.poison): it must end dead, the rest flow."""
+    return act(how)

@@ -38,6 +38,7 @@ class Sizes:
     idle_seconds: float = 30.0
     counts_rows: int = 1_000_000
     counts_samples: int = 50
+    poison_ordinary: int = 10_000
 
 
 SMOKE = Sizes(
@@ -54,6 +55,7 @@ SMOKE = Sizes(
     idle_seconds=1.0,
     counts_rows=5_000,
     counts_samples=5,
+    poison_ordinary=500,
 )
 
 INSERT_NOOPS = """
@@ -520,6 +522,105 @@ def _cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+#: Worker processes of the poison benchmark, and one poison job per this many ordinary ones.
+POISON_WORKERS = 3
+POISON_EVERY = 100
+
+
+def poison(database: Database, sizes: Sizes) -> list[Figure]:
+    """S27 under load: POISON_WORKERS workers take a stream of no-op jobs with 1 % of
+    hostile handlers mixed in (django_pgjobs.chaos.poison: NUL and lone surrogates in
+    errors, unprintable exceptions, bad Retry delays, unstorable results, SystemExit).
+    How long after the last enqueue every ordinary job is done, and whether every poison
+    job is dead with a readable reason; the same stream without poison is the ceiling."""
+    from django_pgjobs.chaos.poison import BEHAVIOURS
+
+    names = sorted(BEHAVIOURS)
+    n = sizes.poison_ordinary
+
+    def stream(poisoned: bool) -> tuple[float, float, float]:
+        """(seconds to drain after the last enqueue, ordinary jobs/s, seconds until every
+        poison job is dead) of one stream."""
+        from django_pgjobs.models import Job
+
+        database.reset_jobs()
+        workers = [WorkerProcess(database) for _ in range(POISON_WORKERS)]
+        try:
+            wait_for(lambda: _listeners(database) >= POISON_WORKERS, 30, what="the workers")
+            started = time.perf_counter()
+            for first in range(0, n, 500):  # a stream: blocks of 500 jobs
+                block: list[dict[str, object]] = [{"kind": "bench.noop"}] * min(500, n - first)
+                if poisoned:
+                    block = [
+                        *block,
+                        *(
+                            {"kind": "bench.poison", "payload": {"how": names[i % len(names)]}}
+                            for i in range(
+                                (first // POISON_EVERY), (first + len(block)) // POISON_EVERY
+                            )
+                        ),
+                    ]
+                Job.objects.enqueue_many(block)
+            enqueued = time.perf_counter()
+            wait_for(
+                lambda: database.count(where="kind = 'bench.noop'") == 0,
+                120,
+                interval=0.01,
+                what="the ordinary jobs",
+            )
+            drained = time.perf_counter()
+            if poisoned:
+                wait_for(
+                    lambda: database.count(where="kind = 'bench.poison'") == 0,
+                    120,
+                    interval=0.05,
+                    what="the poison jobs to die",
+                )
+            buried = time.perf_counter()
+        finally:
+            for worker in workers:
+                worker.terminate()
+                worker.cleanup()
+        return drained - enqueued, n / (drained - started), buried - enqueued
+
+    _, clean_rate, _ = stream(False)
+    after_s, poisoned_rate, dead_after_s = stream(True)
+    poisoned_count = n // POISON_EVERY
+    dead = database.count("pgjobs_dead", where="kind = 'bench.poison'")
+    readable = database.count("pgjobs_dead", where="kind = 'bench.poison' AND btrim(reason) <> ''")
+    database.reset_jobs()
+    details = {"ordinary": n, "poison": poisoned_count, "workers": POISON_WORKERS}
+    return [
+        Figure(
+            "poison",
+            f"ordinary jobs done after the last enqueue, {poisoned_count} poison among {n:,}",
+            after_s,
+            "s",
+            target="<= 10 s",
+            met=after_s <= 10,
+            details=details,
+        ),
+        Figure(
+            "poison",
+            "ordinary jobs/s with 1 % poison",
+            poisoned_rate,
+            "jobs/s",
+            ceiling=clean_rate,
+            details={**details, "ceiling": "the same stream without poison"},
+        ),
+        Figure(
+            "poison",
+            "poison jobs dead-lettered with a readable reason",
+            readable,
+            "jobs",
+            ceiling=poisoned_count,
+            target=f"all {poisoned_count}",
+            met=readable == poisoned_count == dead,
+            details={**details, "dead": dead, "seconds until all dead": round(dead_after_s, 2)},
+        ),
+    ]
+
+
 BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
     "enqueue": enqueue,
     "drain": drain,
@@ -528,4 +629,5 @@ BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
     "recovery": recovery,
     "footprint": footprint,
     "counts": counts,
+    "poison": poison,
 }

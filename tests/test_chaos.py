@@ -200,6 +200,31 @@ class TestInvariants:
         assert any("do not increase" in v for v in violations)
         assert any("ran twice" in v for v in violations)
 
+    def test_s27_a_poison_job_must_end_dead_with_a_readable_reason(self) -> None:
+        runs = [Run(1, outcome="poison", written=None), Run(2, outcome="poison", written=None)]
+        found = evidence(*runs, Run(3))
+        found.final[1] = FinalJob(1, None, "dead", reason="max attempts exceeded", poison=True)
+        found.final[2] = FinalJob(2, None, "dead", reason="failed", poison=True)
+        assert broken(found) == {}
+        found.final[2] = FinalJob(2, None, "dead", reason=" ", poison=True)
+        found.final[4] = FinalJob(4, None, "done", poison=True)
+        found.committed[4] = None
+        violations = broken(found)["poison dead-lettered"]
+        assert any("job 2 is dead without a readable reason" in v for v in violations)
+        assert any("job 4 ended done" in v for v in violations)
+
+    def test_s27_a_poison_run_explains_the_next_run_but_no_fault_hits_a_worker(self) -> None:
+        first = Run(1, claimed=0, written=None, outcome="poison")
+        again = Run(1, attempt=2, claimed=5, written=None, outcome="poison")
+        found = evidence(first, again)
+        found.final[1] = FinalJob(1, None, "dead", reason="max attempts exceeded", poison=True)
+        assert broken(found) == {}
+        assert invariants.count_reruns(found) == invariants.Reruns(1, 0, 0)
+        lone = Run(2, written=None, outcome="started")
+        found = evidence(lone, faults=[Fault("poison", None, at(0), at(0.1))])
+        found.final[2] = FinalJob(2, None, "dead", reason="max attempts exceeded")
+        assert "at-least-once within the lease" in broken(found)
+
     def test_a_worker_that_exited_by_itself_fails_the_run(self) -> None:
         found = evidence(Run(1), worker_exits=["w1 exited by itself with status 1"])
         assert broken(found) == {"workers survive faults": ("w1 exited by itself with status 1",)}
@@ -266,10 +291,11 @@ def test_a_short_chaos_run_injects_every_fault_and_keeps_every_invariant() -> No
     assert result.returncode == 0, output
     for name in ("no job lost", "no ghost ran", "fencing", "keys", "attempts"):
         assert re.search(rf"ok\s+{name}:", output), output
+    assert re.search(r"ok\s+poison dead-lettered:", output), output
     faults = dict(
-        re.findall(r"(kill|stop|terminate|ghost) (\d+)", output.split("faults injected")[1])
+        re.findall(r"(kill|stop|terminate|ghost|poison) (\d+)", output.split("faults injected")[1])
     )
-    assert set(faults) == {"kill", "stop", "terminate", "ghost"}, output
+    assert set(faults) == {"kill", "stop", "terminate", "ghost", "poison"}, output
     executions = int(re.search(r"executions\s+(\d+)", output).group(1))
     assert executions >= 60
     # It leaves nothing behind: no jobs, no ledger, no logs.

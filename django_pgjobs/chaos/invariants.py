@@ -20,9 +20,10 @@ STARTED = "started"  # it never got further: its worker died, froze or lost its 
 FENCED = "fenced"  # it finished after its claim had lapsed: the fence refused it
 RETRIED = "retried"  # a deliberately flaky first attempt
 FAILED = "failed"  # a deliberately doomed job
+POISON = "poison"  # a hostile handler: it raised or returned what cannot be stored as is
 
 #: Outcomes that end an execution on purpose: a run after them needs no fault to explain it.
-_DELIBERATE = frozenset({FENCED, RETRIED, FAILED})
+_DELIBERATE = frozenset({FENCED, RETRIED, FAILED, POISON})
 
 
 class Execution(Protocol):
@@ -58,7 +59,7 @@ class Fault:
 
     def may_explain(self, execution: Execution, rerun: Execution | None) -> bool:
         """Whether this fault can have cut `execution` short, before `rerun` was claimed."""
-        if self.kind == "ghost":
+        if self.kind in ("ghost", "poison"):  # faults of the load, not of a worker
             return False
         if self.worker is not None and self.worker != execution.worker:
             return False
@@ -77,6 +78,7 @@ class FinalJob:
     version: int | None = None  # the payload's trigger number
     result: Any = None  # a done job's result
     reason: str | None = None  # a dead job's reason
+    poison: bool = False  # a hostile handler's job (chaos.poison)
 
 
 @dataclass(slots=True)
@@ -123,6 +125,7 @@ def judge(evidence: Evidence) -> list[Verdict]:
         _keys(evidence),
         _duplicates_explained(evidence),
         _attempts(evidence),
+        _poison_dead_lettered(evidence),
         _workers_survived(evidence),
     ]
 
@@ -147,7 +150,7 @@ def count_reruns(evidence: Evidence) -> Reruns:
             cause = _explanation(earlier, later, evidence.faults)
             if cause is None:
                 counts["unexplained"] += 1
-            elif cause in (RETRIED, FAILED):
+            elif cause in (RETRIED, FAILED, POISON):
                 counts["deliberate"] += 1
             else:
                 counts["cut_short"] += 1
@@ -321,6 +324,26 @@ def _attempts(evidence: Evidence) -> Verdict:
         "no job ran more times than its max attempts; every claim has its own token",
         tuple(violations),
         len(evidence.executions),
+    )
+
+
+def _poison_dead_lettered(evidence: Evidence) -> Verdict:
+    poisoned = [job for job in evidence.final.values() if job.poison]
+    violations = [
+        f"poison job {job.id} ended {job.state}, not dead"
+        for job in poisoned
+        if job.state != "dead" and job.id not in evidence.ghosts
+    ]
+    violations += [
+        f"poison job {job.id} is dead without a readable reason ({job.reason!r})"
+        for job in poisoned
+        if job.state == "dead" and not (job.reason or "").strip()
+    ]
+    return Verdict(
+        "poison dead-lettered",
+        "every job of a hostile handler ended dead with a readable reason (S27)",
+        tuple(violations),
+        len(poisoned),
     )
 
 

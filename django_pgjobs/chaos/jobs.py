@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from django_pgjobs.chaos import poison as poisons
 from django_pgjobs.decorators import job
 from django_pgjobs.exceptions import Fail, LeaseLost, Retry
 from django_pgjobs.handles import JobHandle
@@ -17,6 +18,7 @@ from django_pgjobs.models import ChaosExecution
 
 WORK_KIND = "pgjobs.chaos.work"
 KEYED_KIND = "pgjobs.chaos.keyed"
+POISON_KIND = "pgjobs.chaos.poison"
 #: Short retries, so that a run drains soon after its last fault.
 BACKOFF = (1, 2)
 #: How soon a deliberately flaky job asks to run again.
@@ -43,6 +45,16 @@ def keyed(
 ) -> dict[str, Any]:
     """A keyed job, re-triggered while it runs: `v` is the trigger's number."""
     return _execute(ctx, run=run, version=v, sleep=sleep, ghost=ghost)
+
+
+@job(name=POISON_KIND, backoff=BACKOFF)
+def poison(ctx: JobHandle, run: str, how: str, ghost: bool = False) -> Any:
+    """A hostile handler (S27): records its start, then raises or returns the poison
+    `how` (chaos.poison.BEHAVIOURS). It must end dead; the workers must go on."""
+    ledger = ChaosExecution.objects
+    execution = ledger.record_start(ctx, run_id=run, version=0, ghost=ghost)
+    ledger.record_outcome(execution, "poison", wrote=False)
+    return poisons.act(how)
 
 
 def _execute(

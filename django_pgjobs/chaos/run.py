@@ -30,14 +30,14 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 
-from django_pgjobs.chaos import invariants
+from django_pgjobs.chaos import invariants, poison
 from django_pgjobs.chaos.invariants import Evidence, Fault, FinalJob, Verdict
-from django_pgjobs.chaos.jobs import KEYED_KIND, WORK_KIND
+from django_pgjobs.chaos.jobs import KEYED_KIND, POISON_KIND, WORK_KIND
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.models import ChaosExecution, Job
 
-FAULT_KINDS = ("kill", "stop", "terminate", "ghost", "restart")
-DEFAULT_FAULTS = ("kill", "stop", "terminate", "ghost")
+FAULT_KINDS = ("kill", "stop", "terminate", "ghost", "poison", "restart")
+DEFAULT_FAULTS = ("kill", "stop", "terminate", "ghost", "poison")
 #: The module the run's workers import to know its job kinds.
 JOBS_MODULE = "django_pgjobs.chaos.jobs"
 #: Seconds between two passes of the run's loop.
@@ -443,6 +443,8 @@ class ChaosRun:
             kind = "kill"
         if kind == "ghost":
             self._ghost_burst()
+        elif kind == "poison":
+            self._poison_burst()
         elif kind == "restart":
             self._restart_database()
         else:
@@ -516,6 +518,30 @@ class ChaosRun:
         ids, _ = self._write(write, roll_back=True)
         self.ledger.ghosts.update(ids)
         self._record("ghost", None, began)
+
+    def _poison_burst(self) -> None:
+        """Enqueue a few jobs of hostile handlers (S27): each must end dead, and the
+        workers must keep going."""
+        began = self._clock()
+        names = sorted(poison.BEHAVIOURS)
+        jobs = [
+            {
+                "kind": POISON_KIND,
+                "payload": {"run": self.run_id, "how": self.random.choice(names)},
+                **self._options(),
+            }
+            for _ in range(self.random.randint(1, 5))
+        ]
+
+        def write(ids: list[int]) -> None:
+            ids += [result.id for result in Job.objects.enqueue_many(jobs, using=self.alias)]
+
+        ids, committed = self._write(write)
+        if committed:
+            self.ledger.committed.update(dict.fromkeys(ids))
+        else:
+            self.ledger.uncertain.update(ids)
+        self._record("poison", None, began)
 
     def _restart_database(self) -> None:
         command = self.config.restart_command
@@ -719,6 +745,7 @@ def _final_job(row: dict[str, Any]) -> FinalJob:
         version=version,
         result=row["result"],
         reason=row.get("reason"),
+        poison=isinstance(payload, dict) and "how" in payload,
     )
 
 
