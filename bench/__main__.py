@@ -85,7 +85,7 @@ def _server() -> tuple[str, object | None]:
     url = os.environ.get("DATABASE_URL")
     if url:
         return url, None
-    from django_pgjobs.localdb import EmbeddedPostgres
+    from django_pgjobs.testing.localdb import EmbeddedPostgres
 
     print("no DATABASE_URL: using an embedded PostgreSQL (fsync off)", file=sys.stderr)
     server = EmbeddedPostgres().start()

@@ -6,7 +6,7 @@ from typing import Any
 from bench.models import Stamp
 from django_pgjobs import job
 from django_pgjobs.chaos.poison import act
-from django_pgjobs.handles import JobHandle
+from django_pgjobs.claims import JobHandle
 
 
 @job(name="bench.noop")

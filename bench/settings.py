@@ -5,7 +5,7 @@ The harness (`python -m bench`) creates the database and always sets DATABASE_UR
 
 import os
 
-from django_pgjobs.localdb import database_settings
+from django_pgjobs.testing.localdb import database_settings
 
 SECRET_KEY = "bench-not-a-secret"
 USE_TZ = True

@@ -1,7 +1,9 @@
 """django_pgjobs: a durable job queue in your own PostgreSQL database.
 
-Importing this package touches neither settings nor models; `job`, `Cron`, `Retry`,
-`Fail` and `LeaseLost` are resolved on first use, so the package can sit in INSTALLED_APPS.
+Importing this package touches neither settings nor models; the names below are
+resolved on first use, so the package can sit in INSTALLED_APPS.
+
+    from django_pgjobs import Fail, Job, JobHandle, Retry, job
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names below are imported lazily at run time
+    from django_pgjobs.claims import JobHandle
     from django_pgjobs.decorators import job
     from django_pgjobs.exceptions import Fail, LeaseLost, Retry
+    from django_pgjobs.models import DeadJob, Job
     from django_pgjobs.schedules import Cron
 
 try:
@@ -19,7 +23,17 @@ try:
 except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
-__all__ = ["Cron", "Fail", "LeaseLost", "Retry", "__version__", "job"]
+__all__ = [
+    "Cron",
+    "DeadJob",
+    "Fail",
+    "Job",
+    "JobHandle",
+    "LeaseLost",
+    "Retry",
+    "__version__",
+    "job",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -27,6 +41,14 @@ def __getattr__(name: str) -> Any:
         from django_pgjobs import exceptions
 
         return getattr(exceptions, name)
+    if name == "JobHandle":
+        from django_pgjobs.claims import JobHandle
+
+        return JobHandle
+    if name in ("Job", "DeadJob"):
+        from django_pgjobs import models
+
+        return getattr(models, name)
     if name == "Cron":
         from django_pgjobs.schedules import Cron
 

@@ -9,7 +9,6 @@ permission, and every action says what it did.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from typing import Any
 
 from django import forms
@@ -35,28 +34,12 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
-from django_pgjobs import options, registry
+from django_pgjobs import labels, options, registry
 from django_pgjobs.exceptions import InvalidJobOption
-from django_pgjobs.managers import running_of_limit
-from django_pgjobs.models import DeadJob, Job, QueueControl, Schedule
+from django_pgjobs.models import DeadJob, Job, JobStats, QueueControl, Schedule
+from django_pgjobs.records import QueueStatus
+from django_pgjobs.scheduler import Scheduler
 from django_pgjobs.states import JobState
-
-
-def ago(delta: timedelta | None) -> str:
-    """'in 3 min' for a time ahead, '5 s ago' for one behind (delta = that time - now)."""
-    if delta is None:
-        return "-"
-    seconds = delta.total_seconds()
-    size = abs(seconds)
-    if size < 60:
-        text = f"{size:.0f} s"
-    elif size < 3600:
-        text = f"{size / 60:.0f} min"
-    elif size < 86400:
-        text = f"{size / 3600:.1f} h"
-    else:
-        text = f"{size / 86400:.1f} d"
-    return f"in {text}" if seconds > 0 else f"{text} ago"
 
 
 def pretty_json(value: Any) -> SafeString:
@@ -204,7 +187,7 @@ class ReadOnlyJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        context = {"glance": QueueControl.objects.status(), "chart": throughput_chart()}
+        context = {"glance": glance(), "chart": throughput_chart()}
         return super().changelist_view(request, {**(extra_context or {}), **context})
 
 
@@ -259,7 +242,7 @@ class JobAdmin(ReadOnlyJobAdmin):
 
     @admin.display(description="run after", ordering="run_after")
     def runs(self, obj: Job) -> str:
-        return ago(getattr(obj, "runs_in", None))
+        return labels.ago(getattr(obj, "runs_in", None))
 
     @admin.display(description="result")
     def pretty_result(self, obj: Job) -> SafeString:
@@ -429,7 +412,7 @@ class QueueControlAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     ) -> HttpResponse:
         if request.method == "POST" and request.POST.get("action"):
             self._make_selected_rows(request)
-        context = {"glance": QueueControl.objects.status(), "chart": throughput_chart()}
+        context = {"glance": glance(), "chart": throughput_chart()}
         return super().changelist_view(request, {**(extra_context or {}), **context})
 
     def _make_selected_rows(self, request: HttpRequest) -> None:
@@ -458,7 +441,7 @@ class QueueControlAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description="running (of limit)")
     def running_of_limit(self, obj: QueueControl) -> str:
-        return running_of_limit(getattr(obj, "running", 0), obj.max_running)
+        return labels.running_of_limit(getattr(obj, "running", 0), obj.max_running)
 
     def save_model(self, request: HttpRequest, obj: QueueControl, form: Any, change: bool) -> None:
         # Through the manager, so that a resume or a new limit wakes the workers.
@@ -528,11 +511,11 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description="next run", ordering="next_run_at")
     def next_run(self, obj: Schedule) -> str:
-        return ago(getattr(obj, "next_in", None)) if obj.enabled else "disabled"
+        return labels.ago(getattr(obj, "next_in", None)) if obj.enabled else "disabled"
 
     @admin.display(description="last run", ordering="last_run_at")
     def last_run(self, obj: Schedule) -> str:
-        return ago(getattr(obj, "last_in", None))
+        return labels.ago(getattr(obj, "last_in", None))
 
     @admin.display(description="last job")
     def last_job(self, obj: Schedule) -> str:
@@ -545,7 +528,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.action(description="Enable (from the next tick on)", permissions=["change"])
     def enable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        count = Schedule.objects.enable(list(queryset.values_list("name", flat=True)))
+        count = Scheduler().enable(list(queryset.values_list("name", flat=True)))
         self.message_user(request, f"{count} enabled.", messages.SUCCESS)
 
     @admin.action(description="Disable", permissions=["change"])
@@ -564,9 +547,27 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         )
 
 
+def glance() -> list[dict[str, Any]]:
+    """Every queue at a glance, as the change lists show it above themselves."""
+    return [glance_row(status) for status in QueueControl.objects.status()]
+
+
+def glance_row(status: QueueStatus) -> dict[str, Any]:
+    return {
+        "queue": status.queue,
+        "runnable": labels.count(status.runnable),
+        "scheduled": labels.count(status.scheduled),
+        "running_of_limit": labels.running_of_limit(status.running, status.max_running),
+        "dead": labels.count(status.dead),
+        "oldest_runnable": labels.age(status.oldest_runnable_s),
+        "paused": status.paused,
+        "status": status,
+    }
+
+
 def throughput_chart(minutes: int = 60) -> SafeString:
     """Jobs finished and failed per minute over the last hour, as a small SVG."""
-    series = Job.objects.throughput(minutes)
+    series = JobStats.objects.throughput(minutes)
     peak = max([max(point.succeeded, point.failed) for point in series] + [1])
     width, height, bar = 4, 40, 2
     bars = []

@@ -25,6 +25,7 @@ from django.apps import apps
 from django.core import checks
 
 from django_pgjobs import options, registry
+from django_pgjobs.claims import JobHandle
 from django_pgjobs.compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -41,7 +42,6 @@ from django_pgjobs.compat import (
     task_started,
 )
 from django_pgjobs.exceptions import Fail, InvalidJobOption
-from django_pgjobs.handles import JobHandle
 
 #: How long a task's return value is kept, unless OPTIONS["RESULT_RETENTION"] says.
 DEFAULT_RESULT_RETENTION_S = 86_400

@@ -87,10 +87,16 @@ def check_commands(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     from django.core.management import get_commands
 
     commands = get_commands()
+    ours = {
+        "runjobs": "django_pgjobs",
+        "sweepjobs": "django_pgjobs",
+        "jobsctl": "django_pgjobs",
+        "chaosjobs": "django_pgjobs.chaos",
+    }
     hidden = [
         f"{name} (from {commands[name]})"
-        for name in ("runjobs", "sweepjobs", "jobsctl", "chaosjobs")
-        if commands.get(name) not in (None, "django_pgjobs")
+        for name, app in ours.items()
+        if commands.get(name) not in (None, app)
     ]
     if not hidden:
         return []

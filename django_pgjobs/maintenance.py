@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from django.db import transaction
 
 from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.models import DeadJob, Job, JobStats
 
 logger = logging.getLogger("django_pgjobs.maintenance")
 
@@ -69,8 +70,6 @@ class Sweeper:
 
     def run_once(self) -> SweepResult:
         """Sweep until every pass finds less than a full batch; return what it did."""
-        from django_pgjobs.models import DeadJob, Job, JobStats
-
         counts = dict.fromkeys(
             (
                 "expired",
@@ -151,8 +150,6 @@ class Sweeper:
     def _run_batch(self, batch: Callable[[], int]) -> int:
         if not self.take_turns:
             return batch()
-        from django_pgjobs.models import Job
-
         with transaction.atomic(using=self.using):
             if not Job.objects.try_sweep_lock(using=self.using):
                 raise _TurnTaken

@@ -1,7 +1,8 @@
-"""The two tables: `pgjobs_job` (live work) and `pgjobs_dead` (dead letters).
+"""The tables: `pgjobs_job` (live work), `pgjobs_dead` (dead letters), and the queue
+controls, schedules and per-minute counts beside them.
 
-Fields, indexes and constraints only; every statement that moves jobs lives in
-`managers.py` (and its SQL in `sql.py`).
+Fields, indexes and constraints only; every statement that moves jobs is a manager's
+(`managers/`), and its SQL lives in `db/sql/`.
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
-from django_pgjobs.functions import ClockTimestamp
 from django_pgjobs.managers import (
-    ChaosExecutionManager,
     DeadJobManager,
     JobManager,
     JobStatsManager,
@@ -302,39 +301,3 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
-
-
-class ChaosExecution(models.Model):
-    """One execution of a job of a `manage.py chaosjobs` run: its ledger, checked at the end.
-
-    Written by the chaos handlers (django_pgjobs.chaos) with the database's clock; empty
-    unless a chaos run is going on, and emptied by the run that wrote it.
-    """
-
-    run_id = models.CharField(max_length=40)
-    job_id = models.BigIntegerField()
-    token = models.UUIDField()
-    attempt = models.IntegerField()
-    max_attempts = models.IntegerField()
-    worker = models.TextField()
-    key = models.TextField(null=True, blank=True)
-    version = models.IntegerField()
-    ghost = models.BooleanField(
-        db_default=False, help_text="Enqueued in a rolled-back transaction."
-    )
-    claimed_at = models.DateTimeField()
-    started_at = models.DateTimeField(db_default=ClockTimestamp())
-    written_at = models.DateTimeField(null=True, blank=True)
-    outcome = models.CharField(max_length=16, db_default="started")
-
-    objects: ClassVar[ChaosExecutionManager] = ChaosExecutionManager()
-
-    class Meta:
-        db_table = "pgjobs_chaos_execution"
-        indexes: ClassVar[list[models.Index]] = [
-            models.Index(fields=["run_id", "job_id"], name="pgjobs_chaos_run_job"),
-            models.Index(fields=["token"], name="pgjobs_chaos_token"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.run_id}:{self.job_id}#{self.attempt}"

@@ -8,7 +8,6 @@ database: a `ResolvedJob` is what the manager then writes in one statement.
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 import re
@@ -19,6 +18,7 @@ from typing import Any, Final, NamedTuple
 
 from django_pgjobs import exceptions, registry
 from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.payloads import JSON_ENCODER, encode_payload
 
 QUEUE_NAME_MAX_LENGTH: Final = 100
 KIND_MAX_LENGTH: Final = 200
@@ -28,23 +28,31 @@ KIND_PATTERN: Final = re.compile(r"[A-Za-z0-9_.:-]+")
 RESERVED_QUEUE_PREFIX: Final = "pgjobs."
 #: A key is part of a btree index entry, whose size PostgreSQL caps at about 2.7 kB.
 KEY_MAX_BYTES: Final = 1024
-#: Deepest nesting of lists and objects accepted in a payload.
-PAYLOAD_MAX_DEPTH: Final = 100
-#: Integers in payloads and results: Python refuses to write longer ones as text.
-PAYLOAD_INT_MAX_DIGITS: Final = 4000
-_INT_LIMIT: Final = 10**PAYLOAD_INT_MAX_DIGITS
 CONFLICT_MODES: Final = ("replace", "keep_schedule", "ignore")
 #: Longest delay, expiry or retention accepted: a century keeps every timestamp in range.
 MAX_DURATION_S: Final = 100 * 365 * 86_400
 #: Most jobs one claim statement may take.
 MAX_CLAIM_SIZE: Final = 100_000
-#: Longest error text kept of one failed attempt (and of a dead letter's reason), and
-#: longest traceback: past them the middle is cut out, and the cut is marked (S27).
-ERROR_TEXT_MAX_CHARS: Final = 2_000
-TRACEBACK_MAX_CHARS: Final = 20_000
 
 #: Marks an option the caller did not give (None can be a meaningful value).
 UNSET: Final[Any] = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
+
+
+#: The values of one job's row in enqueue_many's JSON document, in order: what
+#: ResolvedJob.as_json_row writes and ENQUEUE_JOBS reads by position (`i.row ->> n`).
+ENQUEUE_ROW: Final = (
+    "queue",
+    "kind",
+    "priority",
+    "delay_s",
+    "run_after",
+    "max_attempts",
+    "lease_s",
+    "expires_s",
+    "result_ttl_s",
+    "key",
+    "payload",
+)
 
 
 class ResolvedJob(NamedTuple):
@@ -63,21 +71,12 @@ class ResolvedJob(NamedTuple):
     result_ttl_s: int | None
 
     def json_head(self) -> str:
-        """The start of this job's row of ENQUEUE_JOBS' JSON document: every value but the
-        key and payload, which the row ends with (jobs of one batch mostly share it)."""
-        return _JSON.encode(
-            [
-                self.queue,
-                self.kind,
-                self.priority,
-                self.delay_s,
-                None if self.run_after is None else self.run_after.isoformat(),
-                self.max_attempts,
-                self.lease_s,
-                self.expires_s,
-                self.result_ttl_s,
-            ]
-        )[:-1]
+        """The start of this job's row of ENQUEUE_JOBS' JSON document: every value of
+        ENQUEUE_ROW but the key and payload, which the row ends with (jobs of one batch
+        mostly share it)."""
+        values = self.as_params()
+        values["run_after"] = None if self.run_after is None else self.run_after.isoformat()
+        return JSON_ENCODER.encode([values[name] for name in ENQUEUE_ROW[:-2]])[:-1]
 
     def as_json_row(self, head: str | None = None) -> str:
         """This job as a row of ENQUEUE_JOBS' JSON document (the payload spliced in as is).
@@ -85,7 +84,7 @@ class ResolvedJob(NamedTuple):
         Args:
             head: `json_head()` of a job with the same options, when the caller has it.
         """
-        key = "null" if self.key is None else _JSON.encode(self.key)
+        key = "null" if self.key is None else JSON_ENCODER.encode(self.key)
         return f"{self.json_head() if head is None else head},{key},{self.payload_json}]"
 
     def as_params(self) -> dict[str, Any]:
@@ -477,191 +476,6 @@ def validate_retry_delay(delay: Any) -> float | None:
             f"A retry delay of {delay!r} is longer than a century, the longest accepted."
         )
     return max(seconds, 0.0)
-
-
-def encode_payload(payload: Any) -> str:
-    """Return the payload as JSON text, or raise InvalidPayload saying what is wrong.
-
-    A payload is a JSON object: a dict with string keys whose values are strings,
-    numbers (finite), booleans, None, lists (tuples are stored as lists) and dicts of
-    the same, at most PAYLOAD_MAX_DEPTH deep and MAX_PAYLOAD_BYTES long. None means {}.
-    """
-    if payload is None:
-        return "{}"
-    limit = pgjobs_settings.MAX_PAYLOAD_BYTES
-    if type(payload) is dict:
-        text = _plain_json(payload)
-        if text is not None and utf8_size(text) <= limit:
-            return text
-    if not isinstance(payload, dict):
-        raise exceptions.InvalidPayload(
-            f"Payload must be a dict (a JSON object), not {type(payload).__name__}."
-        )
-    _check_json_value(payload, "payload", 0)
-    text = _JSON.encode(payload)
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise exceptions.InvalidPayload(
-            "Payload holds a string that is not valid Unicode text (a lone surrogate)."
-        ) from None
-    if size > limit:
-        raise exceptions.InvalidPayload(
-            f"Payload is {size} bytes of JSON; the limit is {limit} "
-            "(PGJOBS['MAX_PAYLOAD_BYTES']). Store large data in a table and pass its id."
-        )
-    return text
-
-
-def encode_result(result: Any) -> str | None:
-    """Return a job's result as JSON text (None for None), or raise InvalidPayload.
-
-    A result is JSON data of the same kinds as a payload (any JSON value, not only an
-    object), at most MAX_PAYLOAD_BYTES long.
-    """
-    if result is None:
-        return None
-    limit = pgjobs_settings.MAX_PAYLOAD_BYTES
-    text = _plain_json(result)
-    if text is None:
-        _check_json_value(result, "result", 0)
-        text = _JSON.encode(result)
-    try:
-        size = utf8_size(text)
-    except UnicodeEncodeError:
-        raise exceptions.InvalidPayload(
-            "The result holds a string that is not valid Unicode text (a lone surrogate)."
-        ) from None
-    if size > limit:
-        raise exceptions.ResultTooLarge(
-            f"result is {size} bytes of JSON; the limit is {limit} "
-            "(PGJOBS['MAX_PAYLOAD_BYTES']): store large results in a table and return its id."
-        )
-    return text
-
-
-def storable_text(value: object, limit: int) -> str:
-    """Return `value` as text PostgreSQL stores as it is (S27): NUL escaped as `\\x00`,
-    lone surrogates as `\\udXXX`, at most `limit` characters (the middle cut out and
-    the cut marked). A value whose `str()` raises reads as its class and that failure.
-    """
-    text = value if type(value) is str else safe_str(value)
-    if "\x00" in text:
-        text = text.replace("\x00", "\\x00")
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    if len(text) > limit:
-        head = limit // 2
-        cut = len(text) - limit
-        tail = text[len(text) - (limit - head) :]
-        text = f"{text[:head]}\n... [{cut:,} characters cut] ...\n{tail}"
-    return text
-
-
-def safe_str(value: object) -> str:
-    """`str(value)`, or what it is when its `__str__` fails (a handler's own classes)."""
-    try:
-        text = str(value)
-        return str.__str__(text)
-    except BaseException as error:  # a hostile __str__ must not take the worker down
-        return f"<str() raised {type(error).__name__} on a {type(value).__name__}>"
-
-
-_SCALARS = (str, int, float, bool, type(None))
-_EXACT_SCALARS: Final = frozenset(_SCALARS)
-#: One encoder for payloads and results (values already checked by _check_json_value).
-_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def _plain_json(value: Any) -> str | None:
-    """The JSON text of `value` when it is plainly fine, else None (then _check_json_value
-    decides, and says what is wrong).
-
-    The quick answer for the common value: built of the exact JSON types, with string keys,
-    at most PAYLOAD_MAX_DEPTH deep (_of_json_types), and whose text is short enough that no
-    integer in it can reach PAYLOAD_INT_MAX_DIGITS, holds no escaped NUL, encodes without
-    NaN or infinity, and is ASCII or valid UTF-8. Anything else, including subclasses of
-    the JSON types, takes the full check.
-    """
-    if not _of_json_types(value, 0):
-        return None
-    try:
-        text = _JSON.encode(value)
-    except ValueError:  # NaN or infinity
-        return None
-    if len(text) >= PAYLOAD_INT_MAX_DIGITS or "\\u0000" in text:
-        return None
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            return None
-    return text
-
-
-def utf8_size(text: str) -> int:
-    """Bytes of `text` in UTF-8 (text known to encode)."""
-    return len(text) if text.isascii() else len(text.encode("utf-8"))
-
-
-def _of_json_types(value: Any, depth: int) -> bool:
-    """Whether `value` holds only str, int, float, bool, None, list, tuple and dict (exactly
-    those types), dicts keyed by str, nested at most PAYLOAD_MAX_DEPTH deep."""
-    kind = type(value)
-    if kind in _EXACT_SCALARS:
-        return True
-    if depth >= PAYLOAD_MAX_DEPTH:
-        return False
-    if kind is dict:
-        for key in value:
-            if type(key) is not str:
-                return False
-        value = value.values()
-    elif kind is not list and kind is not tuple:
-        return False
-    for item in value:
-        if type(item) not in _EXACT_SCALARS and not _of_json_types(item, depth + 1):
-            return False
-    return True
-
-
-def _check_json_value(value: Any, path: str, depth: int) -> None:
-    if depth > PAYLOAD_MAX_DEPTH:
-        raise exceptions.InvalidPayload(f"{path} is nested deeper than {PAYLOAD_MAX_DEPTH} levels.")
-    if isinstance(value, dict):
-        for item_key, item in value.items():
-            if not isinstance(item_key, str):
-                raise exceptions.InvalidPayload(
-                    f"Payload keys must be strings; {path} has the key {item_key!r}."
-                )
-            if "\x00" in item_key:
-                raise exceptions.InvalidPayload(f"{path} has a key with a NUL character.")
-            _check_json_value(item, f"{path}[{item_key!r}]", depth + 1)
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _check_json_value(item, f"{path}[{index}]", depth + 1)
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise exceptions.InvalidPayload(f"{path} is {value!r}, which JSON cannot hold.")
-    elif isinstance(value, int) and not isinstance(value, bool):
-        if abs(value) >= _INT_LIMIT:
-            raise exceptions.InvalidPayload(
-                f"{path} is an integer of more than {PAYLOAD_INT_MAX_DIGITS} digits; "
-                "store it as a string."
-            )
-    elif isinstance(value, str):
-        if "\x00" in value:
-            raise exceptions.InvalidPayload(
-                f"{path} holds a NUL character, which PostgreSQL's jsonb cannot store."
-            )
-    elif not isinstance(value, _SCALARS):
-        raise exceptions.InvalidPayload(
-            f"{path} is a {type(value).__name__}, which is not JSON; use plain data "
-            "(str, int, float, bool, None, list, dict)."
-        )
 
 
 def _duration_seconds(value: Any, name: str, error: type[exceptions.InvalidJobOption]) -> float:

@@ -19,17 +19,18 @@ from typing import Any
 
 from django_pgjobs.conf import pgjobs_settings
 
-APP_LABEL = "django_pgjobs"
+#: The apps whose tables live in the jobs database: the queue's, and the chaos run's.
+APP_LABELS = frozenset({"django_pgjobs", "pgjobs_chaos"})
 
 
 class JobsRouter:
     """Route django_pgjobs' models to PGJOBS["DATABASE"] and no other database."""
 
     def db_for_read(self, model: type[Any], **hints: Any) -> str | None:
-        return pgjobs_settings.DATABASE if model._meta.app_label == APP_LABEL else None
+        return pgjobs_settings.DATABASE if model._meta.app_label in APP_LABELS else None
 
     def db_for_write(self, model: type[Any], **hints: Any) -> str | None:
-        return pgjobs_settings.DATABASE if model._meta.app_label == APP_LABEL else None
+        return pgjobs_settings.DATABASE if model._meta.app_label in APP_LABELS else None
 
     def allow_relation(self, obj1: Any, obj2: Any, **hints: Any) -> bool | None:
         return None
@@ -37,6 +38,6 @@ class JobsRouter:
     def allow_migrate(
         self, db: str, app_label: str, model_name: str | None = None, **hints: Any
     ) -> bool | None:
-        if app_label == APP_LABEL:
+        if app_label in APP_LABELS:
             return db == pgjobs_settings.DATABASE
         return None

@@ -13,7 +13,6 @@ Cron arithmetic is croniter's (`pip install 'django-pgjobs[cron]'`).
 from __future__ import annotations
 
 import json
-import logging
 import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,8 +24,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django_pgjobs import options, registry
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.exceptions import InvalidCron, InvalidJobOption
-
-logger = logging.getLogger("django_pgjobs.schedules")
+from django_pgjobs.payloads import encode_payload
 
 ON_MISSED = ("skip", "backfill")
 #: The enqueue options a schedule may give its jobs (durations in seconds).
@@ -122,7 +120,7 @@ class Declaration:
             kind=kind,
             cron=cron.expression,
             timezone=cron.timezone,
-            payload=json.loads(options.encode_payload(cron.payload)),
+            payload=json.loads(encode_payload(cron.payload)),
             options={key: _as_json(value) for key, value in resolved.items()},
             on_missed=cron.on_missed,
             backfill_limit=cron.backfill_limit,
@@ -253,67 +251,3 @@ def due_ticks(
             break
         ticks.append(tick)
     return list(reversed(ticks)) or [due]
-
-
-# The scheduler ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SyncResult:
-    """What a sync of the declared schedules changed."""
-
-    added: int
-    changed: int
-    retired: int
-
-
-class Scheduler:
-    """Syncs the declared schedules and enqueues the jobs of the ticks that are due."""
-
-    def __init__(self, *, using: str | None = None) -> None:
-        self.using = using or pgjobs_settings.DATABASE
-
-    def sync(self) -> SyncResult:
-        """Write every declared schedule; disable those no longer declared."""
-        from django_pgjobs.models import Schedule
-
-        result: SyncResult = Schedule.objects.sync(declared_schedules().values(), using=self.using)
-        if result.added or result.changed or result.retired:
-            logger.info(
-                "schedules synced: %s added, %s changed, %s retired",
-                result.added,
-                result.changed,
-                result.retired,
-            )
-        return result
-
-    def run_due(self) -> float | None:
-        """Enqueue the jobs of every due tick; return seconds until the next tick (None:
-        no enabled schedule)."""
-        from django_pgjobs.models import Schedule
-
-        for due in Schedule.objects.due(using=self.using):
-            try:
-                ticks = due_ticks(
-                    due.cron,
-                    due.timezone,
-                    due.next_run_at,
-                    due.now,
-                    due.on_missed,
-                    due.backfill_limit,
-                )
-                following = next_tick(due.cron, due.timezone, due.now)
-                job_ids = Schedule.objects.fire(due, ticks, following, using=self.using)
-            except (InvalidJobOption, ImproperlyConfigured, ValueError, KeyError) as error:
-                # A row no declaration wrote (edited by hand): stop it, say why.
-                logger.error("schedule %s disabled: %s", due.name, error)
-                Schedule.objects.disable([due.name], using=self.using)
-                continue
-            if job_ids:
-                logger.info(
-                    "schedule %s: enqueued job %s for %s",
-                    due.name,
-                    ", ".join(map(str, job_ids)),
-                    ", ".join(f"{tick:%Y-%m-%d %H:%M}" for tick in ticks),
-                )
-        return Schedule.objects.next_due_in(using=self.using)

@@ -19,12 +19,19 @@ raises is logged and ignored; it never fails an enqueue or a job.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.dispatch import Signal
 
-if TYPE_CHECKING:
-    from django_pgjobs.executor import Outcome
+from django_pgjobs.claims import (
+    DEAD,
+    LOST,
+    MAX_ATTEMPTS_EXCEEDED,
+    RETRIED,
+    SUCCEEDED,
+    Outcome,
+    Verdict,
+)
 
 logger = logging.getLogger("django_pgjobs.signals")
 
@@ -33,8 +40,20 @@ job_started = Signal()
 job_finished = Signal()
 job_dead = Signal()
 
-SUCCEEDED, RETRIED, DEAD, LOST = "succeeded", "retried", "dead", "lost"
-MAX_ATTEMPTS_EXCEEDED = "max attempts exceeded"
+__all__ = [
+    "DEAD",
+    "LOST",
+    "MAX_ATTEMPTS_EXCEEDED",
+    "RETRIED",
+    "SUCCEEDED",
+    "job_dead",
+    "job_enqueued",
+    "job_finished",
+    "job_started",
+    "outcome_of",
+    "run_ended",
+    "send",
+]
 
 
 def send(signal: Signal, kind: str, **kwargs: Any) -> None:
@@ -50,21 +69,14 @@ def send(signal: Signal, kind: str, **kwargs: Any) -> None:
 
 def outcome_of(outcome: Outcome) -> tuple[str, str | None]:
     """How a run ended, for the signals: (outcome, the dead letter's reason or None)."""
-    from django_pgjobs.executor import Verdict
-
-    handle, verdict = outcome.handle, outcome.verdict
-    if verdict is Verdict.LOST:
-        return LOST, None
-    if verdict is Verdict.RECORDED:  # the handler completed its claim itself
-        ended = handle.ended or SUCCEEDED
-        return ended, (ended == DEAD and (handle.dead_reason or "failed")) or None
-    if verdict is Verdict.ACK:
-        return SUCCEEDED, None
-    if verdict is Verdict.FAIL:
+    ended = outcome.ending
+    if ended != DEAD:
+        return ended, None
+    if outcome.verdict is Verdict.RECORDED:  # the handler completed its claim itself
+        return DEAD, outcome.handle.dead_reason or "failed"
+    if outcome.verdict is Verdict.FAIL:
         return DEAD, outcome.failure.error if outcome.failure else "failed"
-    if handle.attempt >= handle.max_attempts:
-        return DEAD, MAX_ATTEMPTS_EXCEEDED
-    return RETRIED, None
+    return DEAD, MAX_ATTEMPTS_EXCEEDED
 
 
 def run_ended(outcome: Outcome) -> None:

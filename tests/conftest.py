@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_pgjobs.localdb import EmbeddedPostgres, database_settings
+from django_pgjobs.testing.localdb import EmbeddedPostgres, database_settings
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django_pgjobs import job
-from django_pgjobs.handles import JobHandle
+from django_pgjobs.claims import JobHandle
 from tests.models import Note
 
 

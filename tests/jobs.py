@@ -10,7 +10,7 @@ from collections import defaultdict
 from typing import Any
 
 from django_pgjobs import Fail, Retry, job
-from django_pgjobs.handles import JobHandle
+from django_pgjobs.claims import JobHandle
 from tests.models import Note
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from django_pgjobs.localdb import DEFAULT_RUN_AS, free_port
+from django_pgjobs.testing.localdb import DEFAULT_RUN_AS, free_port
 from tests.helpers import conninfo
 
 BINARY = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"

@@ -8,7 +8,7 @@ starts nothing (settings are imported before conftest runs).
 import os
 from typing import Any
 
-from django_pgjobs.localdb import database_settings
+from django_pgjobs.testing.localdb import database_settings
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "django.contrib.admin",
     *TASKS_APPS,
     "django_pgjobs",
+    "django_pgjobs.chaos",
     "tests",
 ]
 TASKS = {

@@ -6,7 +6,7 @@ DATABASE_URL is the app's database, JOBS_DATABASE_URL the jobs database.
 import os
 from typing import Any
 
-from django_pgjobs.localdb import database_settings
+from django_pgjobs.testing.localdb import database_settings
 from tests.settings import *  # noqa: F403
 
 DATABASES = {

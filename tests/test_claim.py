@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 from django.db import connection
 
-from django_pgjobs import sql
+from django_pgjobs.db import sql
 from django_pgjobs.models import Job
 from tests.helpers import (
     count,

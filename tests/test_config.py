@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from django_pgjobs.conf import Settings, pgjobs_settings
-from django_pgjobs.localdb import database_settings
+from django_pgjobs.testing.localdb import database_settings
 
 
 def test_defaults_are_the_documented_ones() -> None:

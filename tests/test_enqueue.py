@@ -11,7 +11,8 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.test import override_settings
 
-from django_pgjobs import managers, registry
+from django_pgjobs import registry
+from django_pgjobs.managers import enqueue as managers
 from django_pgjobs.models import Job
 from django_pgjobs.registry import JobDefinition
 from tests.helpers import count, execute, other_connection, row, run_threads, seconds_from_now
@@ -51,7 +52,7 @@ class TestS1Transactions:
 
 def _claim_on(conn: psycopg.Connection, queue: str) -> list[int]:
     """Claim with a bare connection, the way another worker process would."""
-    from django_pgjobs import sql
+    from django_pgjobs.db import sql
 
     params = {
         "queues": [queue],
@@ -341,7 +342,7 @@ class TestS5BulkInDocuments:
         # are altered on their way out to a lease of -1 s, which breaks a check
         # constraint (validation never lets one through).
         jobs = [{"kind": "demo.ok"} for _ in range(9)]
-        original = managers._EnqueueBatch._document
+        original = managers.EnqueueBatch._document
 
         def forged(self: Any, chunk: list[Any], rows: list[str]) -> dict[str, Any]:
             params = original(self, chunk, rows)
@@ -350,7 +351,7 @@ class TestS5BulkInDocuments:
             return params
 
         with (
-            mock.patch.object(managers._EnqueueBatch, "_document", forged),
+            mock.patch.object(managers.EnqueueBatch, "_document", forged),
             pytest.raises(IntegrityError, match="lease_s"),
         ):
             Job.objects.enqueue_many(jobs)

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection, transaction
 from django.test import override_settings
 
-from django_pgjobs import sql
+from django_pgjobs.db import sql
 from django_pgjobs.models import Job, QueueControl
 from tests.helpers import execute, other_connection, scalar
 
@@ -47,9 +47,9 @@ def test_bookkeeping_inside_a_callers_transaction_keeps_its_commit_mode() -> Non
 def test_async_bookkeeping_can_be_switched_off() -> None:
     Job.objects.enqueue("demo.t")
     with override_settings(PGJOBS={"ASYNC_BOOKKEEPING": False}):
-        from django_pgjobs.managers import _bookkeeping
+        from django_pgjobs.db.connection import commit_mode
 
-        assert _bookkeeping(None) == {"synchronous_commit": None}
+        assert commit_mode(None) == {"synchronous_commit": None}
         assert Job.objects.claim_one("default", "w").ack()
 
 

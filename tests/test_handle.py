@@ -12,8 +12,8 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
+from django_pgjobs.claims import JobHandle
 from django_pgjobs.exceptions import InvalidLease, LeaseLost
-from django_pgjobs.handles import JobHandle
 from django_pgjobs.models import DeadJob, Job
 from tests.helpers import (
     count,

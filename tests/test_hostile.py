@@ -20,13 +20,8 @@ from hypothesis import strategies as st
 
 from django_pgjobs import exceptions
 from django_pgjobs.models import Job
-from django_pgjobs.options import (
-    CONFLICT_MODES,
-    KEY_MAX_BYTES,
-    MAX_DURATION_S,
-    PAYLOAD_INT_MAX_DIGITS,
-    PAYLOAD_MAX_DEPTH,
-)
+from django_pgjobs.options import CONFLICT_MODES, KEY_MAX_BYTES, MAX_DURATION_S
+from django_pgjobs.payloads import PAYLOAD_INT_MAX_DIGITS, PAYLOAD_MAX_DEPTH
 from django_pgjobs.worker import Worker
 from tests import jobs
 from tests.helpers import count, dead_row, execute, row, scalar
@@ -462,7 +457,7 @@ def test_handlers_resolve_only_from_the_registry() -> None:
 
 
 #: Calls that send a statement to PostgreSQL, and which argument holds the statement.
-_EXECUTING = {"_fetchall": 0, "_rowcount": 0, "_executed": 0, "_estimate": 0, "execute": 0}
+_EXECUTING = {"fetchall": 0, "rowcount": 0, "executed": 0, "estimate": 0, "execute": 0}
 
 
 def _is_constant_sql(node: ast.expr) -> bool:

@@ -11,9 +11,9 @@ import pytest
 from django.test import Client
 from prometheus_client import CollectorRegistry
 
-from django_pgjobs.localdb import free_port
 from django_pgjobs.metrics import JobMetrics, QueueGauges
 from django_pgjobs.models import Job
+from django_pgjobs.testing.localdb import free_port
 from tests import jobs
 from tests.processes import Workers, wait_for
 from tests.test_worker import drain

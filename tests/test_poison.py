@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 
 from django_pgjobs import Fail, Retry
 from django_pgjobs.exceptions import InvalidSchedule
-from django_pgjobs.faults import is_outage
 from django_pgjobs.models import Job
-from django_pgjobs.options import ERROR_TEXT_MAX_CHARS, TRACEBACK_MAX_CHARS
+from django_pgjobs.payloads import ERROR_TEXT_MAX_CHARS, TRACEBACK_MAX_CHARS
 from django_pgjobs.worker import Worker
+from django_pgjobs.worker.faults import is_outage
 from tests import jobs
 from tests.helpers import count, dead_row, execute, row, wait_until
 
@@ -468,7 +468,7 @@ class TestEnqueueManyDocuments:
         from django.db import connection
         from django.test.utils import CaptureQueriesContext
 
-        from django_pgjobs import managers
+        from django_pgjobs.managers import enqueue as managers
 
         monkeypatch.setattr(managers, "ENQUEUE_DOCUMENT_BYTES", 10_000)
         many = [{"kind": "tests.noop", "payload": {"blob": "b" * 2_000, "i": i}} for i in range(20)]
@@ -490,7 +490,7 @@ class TestEnqueueManyDocuments:
     def test_s27_a_job_larger_than_a_document_goes_alone(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        from django_pgjobs import managers
+        from django_pgjobs.managers import enqueue as managers
 
         monkeypatch.setattr(managers, "ENQUEUE_DOCUMENT_BYTES", 1_000)
         many = [{"kind": "tests.noop", "payload": {"blob": "b" * 3_000}}] * 3

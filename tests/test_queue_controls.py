@@ -14,8 +14,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from django_pgjobs import managers
 from django_pgjobs.exceptions import InvalidJobOption
+from django_pgjobs.managers import queues as managers
 from django_pgjobs.models import Job, QueueControl
 from tests import jobs
 from tests.helpers import count, execute, other_connection, run_threads, wait_until

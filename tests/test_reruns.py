@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from django_pgjobs.handles import JobHandle
+from django_pgjobs.claims import JobHandle
 from django_pgjobs.maintenance import Sweeper
 from django_pgjobs.models import Job
 from tests.helpers import count, execute, lapse, row, seconds_from_now

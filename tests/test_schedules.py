@@ -18,7 +18,8 @@ from django.test import override_settings
 from django_pgjobs import Cron, job, registry
 from django_pgjobs.exceptions import InvalidCron, InvalidJobOption
 from django_pgjobs.models import Schedule
-from django_pgjobs.schedules import Scheduler, declared_schedules, due_ticks, next_tick
+from django_pgjobs.scheduler import Scheduler
+from django_pgjobs.schedules import declared_schedules, due_ticks, next_tick
 from tests.helpers import count, execute, row, run_threads, scalar, wait_until
 from tests.test_worker import running_worker
 
@@ -216,7 +217,7 @@ class TestSync:
             assert Schedule.objects.disable(["s"]) == 1
             Scheduler().sync()
             assert Schedule.objects.get().enabled is False
-            assert Schedule.objects.enable(["s"]) == 1
+            assert Scheduler().enable(["s"]) == 1
         assert Schedule.objects.get().enabled is True
 
     def test_two_declarations_of_one_name_are_refused(self, decorated: str) -> None:
@@ -379,10 +380,10 @@ class TestInTheWorker:
         with declare(s=EVERY_MINUTE):
             from django_pgjobs.worker import Worker
 
-            assert Worker(burst=True).schedules is False
-            assert Worker().schedules is True
+            assert Worker(burst=True).options.schedules is False
+            assert Worker().options.schedules is True
         with override_settings(PGJOBS={"SCHEDULER": False}):
-            assert Worker().schedules is False
+            assert Worker().options.schedules is False
 
 
 class TestJobsctlSchedules:

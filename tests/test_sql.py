@@ -11,7 +11,7 @@ import pytest
 from django.db import connection, transaction
 from psycopg import sql as pgsql
 
-from django_pgjobs import sql
+from django_pgjobs.db import sql
 from django_pgjobs.models import DeadJob, Job, JobStats, QueueControl, Schedule
 
 pytestmark = pytest.mark.django_db

@@ -195,7 +195,7 @@ class TestModes:
 class TestWakeUp:
     def test_s23_an_idle_worker_starts_a_new_job_without_waiting_for_a_poll(self) -> None:
         with running_worker(poll_interval=30) as worker:
-            wait_until(lambda: worker.stats.claimed == 0 and worker._listener.connected)
+            wait_until(lambda: worker.stats.claimed == 0 and worker.wakeup.connected)
             time.sleep(0.2)
             started = time.monotonic()
             jobs.record.enqueue(label="wake")
@@ -214,7 +214,7 @@ class TestWakeUp:
 
     def test_s23_the_worker_sleeps_until_the_next_scheduled_job(self) -> None:
         with running_worker(poll_interval=30) as worker:
-            wait_until(lambda: worker._listener.connected)
+            wait_until(lambda: worker.wakeup.connected)
             jobs.record.using(delay=1.5).enqueue(label="scheduled")
             # A fresh delayed job sends no NOTIFY: nudge the worker once so it looks.
             jobs.record.enqueue(label="now")
@@ -269,7 +269,7 @@ class TestPrefetch:
     def test_a_worker_claims_a_few_sizes_only(self) -> None:
         """Each claim size is a statement prepared once per connection."""
         worker = Worker(concurrency=10, prefetch=100)
-        sizes = {free: worker._claim_size(free) for free in range(1, 111)}
+        sizes = {free: worker.pacing.claim_size(free) for free in range(1, 111)}
         assert all(size <= free for free, size in sizes.items())
         assert [sizes[free] for free in range(1, 11)] == list(range(1, 11))
         assert sizes[110] == 110 and sizes[109] == 74 and sizes[11] == 11

@@ -11,10 +11,10 @@ import time
 from typing import Any
 
 from django_pgjobs.chaos import poison as poisons
+from django_pgjobs.chaos.models import ChaosExecution
+from django_pgjobs.claims import JobHandle
 from django_pgjobs.decorators import job
 from django_pgjobs.exceptions import Fail, LeaseLost, Retry
-from django_pgjobs.handles import JobHandle
-from django_pgjobs.models import ChaosExecution
 
 WORK_KIND = "pgjobs.chaos.work"
 KEYED_KIND = "pgjobs.chaos.keyed"

@@ -33,8 +33,9 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django_pgjobs.chaos import invariants, poison
 from django_pgjobs.chaos.invariants import Evidence, Fault, FinalJob, Verdict
 from django_pgjobs.chaos.jobs import KEYED_KIND, POISON_KIND, WORK_KIND
+from django_pgjobs.chaos.models import ChaosExecution
 from django_pgjobs.conf import pgjobs_settings
-from django_pgjobs.models import ChaosExecution, Job
+from django_pgjobs.models import Job
 
 FAULT_KINDS = ("kill", "stop", "terminate", "ghost", "poison", "restart")
 DEFAULT_FAULTS = ("kill", "stop", "terminate", "ghost", "poison")

@@ -1,7 +1,7 @@
 """Jobs that misbehave on purpose, so the demo shows retries and dead letters."""
 
 from django_pgjobs import Fail, job
-from django_pgjobs.handles import JobHandle
+from django_pgjobs.claims import JobHandle
 
 
 @job(queue="demo", max_attempts=4)

@@ -12,7 +12,7 @@ import time
 from django.db.models.functions import Now
 
 from django_pgjobs import job
-from django_pgjobs.handles import JobHandle
+from django_pgjobs.claims import JobHandle
 from example_project.ingestion.models import Document
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
+from django_pgjobs import labels
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.exceptions import InvalidJobOption
 
@@ -76,12 +77,12 @@ class Command(BaseCommand):
         rows = [
             (
                 status.queue,
-                str(status.runnable),
-                str(status.scheduled),
-                status.running_of_limit,
+                labels.count(status.runnable),
+                labels.count(status.scheduled),
+                labels.running_of_limit(status.running, status.max_running),
                 "yes" if status.paused else "",
-                str(status.dead),
-                status.oldest_runnable,
+                labels.count(status.dead),
+                labels.age(status.oldest_runnable_s),
             )
             for status in QueueControl.objects.status()
         ]

@@ -1,32 +1,57 @@
-"""The claim's handle: what a claim returns and what a handler receives as `ctx`.
+"""A claim and what becomes of it: the handle a handler receives as `ctx`, one failed
+attempt (`Failure`), and how a run ended (`Outcome`, `Verdict`).
 
 Every write through a handle is conditioned on the claim still being the job's current
 one (DESIGN S10): a lapsed, superseded or cancelled claim gets `False` and changes
-nothing. The handle holds no SQL; it asks `Job.objects`.
+nothing. The handle holds no SQL: it asks the manager that made it.
 """
 
 from __future__ import annotations
 
 import traceback as traceback_module
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from enum import Enum
+from typing import Any, Protocol
 
 from django.db import transaction
 
 from django_pgjobs.exceptions import LeaseLost
-from django_pgjobs.options import (
+from django_pgjobs.payloads import (
     ERROR_TEXT_MAX_CHARS,
     TRACEBACK_MAX_CHARS,
     safe_str,
     storable_text,
 )
 
-if TYPE_CHECKING:
-    from django_pgjobs.managers import JobManager
+#: How a run ended, as the signals and the counters say it.
+SUCCEEDED, RETRIED, DEAD, LOST = "succeeded", "retried", "dead", "lost"
+MAX_ATTEMPTS_EXCEEDED = "max attempts exceeded"
+
+
+class ClaimWriter(Protocol):
+    """The writes a claim makes (JobManager's): each checks the claim is current (S10)."""
+
+    def ack_batch(
+        self, handles: Sequence[JobHandle], results: Sequence[Any] | None = ...
+    ) -> int: ...
+
+    def retry_batch(
+        self, retries: Sequence[tuple[JobHandle, Failure, float | timedelta | None]]
+    ) -> int: ...
+
+    def fail_batch(self, failures: Sequence[tuple[JobHandle, Failure]]) -> int: ...
+
+    def heartbeat_batch(
+        self, handles: Sequence[JobHandle], extend: float | timedelta | None = ...
+    ) -> int: ...
+
+    def release_batch(self, handles: Sequence[JobHandle]) -> int: ...
+
+    def lock_claim(self, handle: JobHandle) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +136,8 @@ class JobHandle:
     created_at: datetime
     payload: dict[str, Any]
     using: str
+    #: Where this claim's writes go: the manager that made it (JobManager).
+    manager: ClaimWriter = field(repr=False)
     #: Set once this claim's completion (ack, retry, fail or release) has committed.
     finished: bool = field(default=False)
     #: How that completion ended the run ("succeeded", "retried", "dead"), and a dead
@@ -122,9 +149,15 @@ class JobHandle:
     def job_id(self) -> int:
         return self.id
 
+    @property
+    def is_last_attempt(self) -> bool:
+        """Whether a failure of this claim's run dead-letters the job (S13): its attempts
+        are spent."""
+        return self.attempt >= self.max_attempts
+
     def ack(self, result: Any = None) -> bool:
         """Complete the job (S12). Returns False, changing nothing, if the claim is not current."""
-        return self._manager().ack_batch([self], [result]) == 1
+        return self.manager.ack_batch([self], [result]) == 1
 
     def retry(self, error: str | BaseException, delay: float | timedelta | None = None) -> bool:
         """Record a failed attempt and run again after `delay` or the backoff (S13).
@@ -133,24 +166,24 @@ class JobHandle:
         Returns False, changing nothing, if the claim is not current.
         """
         given = reason_text(error, "retry requested") if isinstance(error, str) else error
-        return self._manager().retry_batch([(self, Failure.of(given), delay)]) == 1
+        return self.manager.retry_batch([(self, Failure.of(given), delay)]) == 1
 
     def fail(self, error: str | BaseException | None = None) -> bool:
         """Dead-letter the job at once with `error` as its reason, "failed" by default (S15)."""
         given = reason_text(error, "failed") if error is None or isinstance(error, str) else error
         failure = Failure.of(given)
-        return self._manager().fail_batch([(self, failure)]) == 1
+        return self.manager.fail_batch([(self, failure)]) == 1
 
     def heartbeat(self, extend: float | timedelta | None = None) -> bool:
         """Reset the lease to now() + `extend` (default: the job's lease) (S11).
 
         Returns False if the claim is no longer current: a late heartbeat is refused.
         """
-        return self._manager().heartbeat_batch([self], extend) == 1
+        return self.manager.heartbeat_batch([self], extend) == 1
 
     def release(self) -> bool:
         """Give the claim back: pending again, the attempt refunded (S25)."""
-        return self._manager().release_batch([self]) == 1
+        return self.manager.release_batch([self]) == 1
 
     @contextmanager
     def fenced(self) -> Iterator[JobHandle]:
@@ -161,20 +194,51 @@ class JobHandle:
         writes. A claim that is no longer current raises LeaseLost on entry.
         """
         with transaction.atomic(using=self.using):
-            if not self._manager().lock_claim(self):
+            if not self.manager.lock_claim(self):
                 raise LeaseLost(
                     f"Job {self.id} ({self.kind}): claim {self.token} is no longer current; "
                     "its lease lapsed, it was cancelled, or another claim took the job over."
                 )
             yield self
 
-    def _manager(self) -> JobManager:
-        from django_pgjobs.models import Job
-
-        return Job.objects
-
     def __repr__(self) -> str:
         return (
             f"<JobHandle id={self.id} kind={self.kind} queue={self.queue} "
             f"attempt={self.attempt}/{self.max_attempts}>"
         )
+
+
+class Verdict(Enum):
+    """What the worker must still record for a job once its handler has returned."""
+
+    ACK = "ack"  # succeeded: ack with the result
+    RETRY = "retry"  # failed: retry after `delay` (or dead-letter if spent)
+    FAIL = "fail"  # dead-letter now with the failure as reason
+    RECORDED = "recorded"  # the job's completion already committed (fence, transaction mode)
+    LOST = "lost"  # the claim is gone: nothing may be recorded
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one run of one job ended."""
+
+    handle: JobHandle
+    verdict: Verdict
+    duration: float
+    result: Any = None
+    failure: Failure | None = None
+    delay: float | None = None
+
+    @property
+    def ending(self) -> str:
+        """How the run ended: SUCCEEDED, RETRIED, DEAD (a failure, a retry of the last
+        attempt) or LOST; for a completion the handler recorded itself, what it recorded."""
+        if self.verdict is Verdict.LOST:
+            return LOST
+        if self.verdict is Verdict.RECORDED:
+            return self.handle.ended or SUCCEEDED
+        if self.verdict is Verdict.ACK:
+            return SUCCEEDED
+        if self.verdict is Verdict.FAIL or self.handle.is_last_attempt:
+            return DEAD
+        return RETRIED

@@ -8,8 +8,8 @@ an existing unprivileged account (`EMBEDDED_PG_USER`, default `nobody`). Nothing
 machine is changed for it: no user is created and no directory outside the cluster's own
 has its permissions touched.
 
-    python -m django_pgjobs.localdb start .pgdata   # start (or reuse), print its URL
-    python -m django_pgjobs.localdb stop .pgdata    # stop it
+    python -m django_pgjobs.testing.localdb start .pgdata   # start (or reuse), print its URL
+    python -m django_pgjobs.testing.localdb stop .pgdata    # stop it
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ def stop_server(base: Path | str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in ("start", "stop"):
-        sys.stderr.write("usage: python -m django_pgjobs.localdb {start|stop} DIRECTORY\n")
+        sys.stderr.write("usage: python -m django_pgjobs.testing.localdb {start|stop} DIRECTORY\n")
         return 2
     action, directory = args
     if action == "stop":

@@ -20,13 +20,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from enum import Enum
+from dataclasses import replace
 from typing import Any
 
 from django.db import DatabaseError, transaction
 
 from django_pgjobs import registry, signals
+from django_pgjobs.claims import Failure, JobHandle, Outcome, Verdict, reason_text
 from django_pgjobs.exceptions import (
     Fail,
     InvalidPayload,
@@ -35,34 +35,12 @@ from django_pgjobs.exceptions import (
     ResultTooLarge,
     Retry,
 )
-from django_pgjobs.faults import describe, is_outage
-from django_pgjobs.handles import Failure, JobHandle, reason_text
-from django_pgjobs.options import encode_result, validate_retry_delay
+from django_pgjobs.options import validate_retry_delay
+from django_pgjobs.payloads import encode_result
 from django_pgjobs.registry import JobDefinition
+from django_pgjobs.worker.faults import describe, is_outage
 
 logger = logging.getLogger("django_pgjobs.jobs")
-
-
-class Verdict(Enum):
-    """What the worker must still record for a job once its handler has returned."""
-
-    ACK = "ack"  # succeeded: ack with the result
-    RETRY = "retry"  # failed: retry after `delay` (or dead-letter if spent)
-    FAIL = "fail"  # dead-letter now with the failure as reason
-    RECORDED = "recorded"  # the job's completion already committed (fence, transaction mode)
-    LOST = "lost"  # the claim is gone: nothing may be recorded
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """How one run of one job ended."""
-
-    handle: JobHandle
-    verdict: Verdict
-    duration: float
-    result: Any = None
-    failure: Failure | None = None
-    delay: float | None = None
 
 
 def unknown_kind_error(kind: str) -> str:
@@ -109,11 +87,9 @@ class Executor:
         return self._finish(handle, Verdict.ACK, started, result=result)
 
     def _run_atomic(self, handle: JobHandle, definition: JobDefinition, started: float) -> Outcome:
-        from django_pgjobs.models import Job
-
         try:
             with transaction.atomic(using=handle.using):
-                if not Job.objects.lock_claim(handle):
+                if not handle.manager.lock_claim(handle):
                     return self._finish(handle, Verdict.LOST, started)
                 try:
                     # A savepoint: a failure undoes the handler's writes, not the row lock.
@@ -124,7 +100,7 @@ class Executor:
                     outcome = self._classify(handle, error, started)
                     _record(outcome)
                     return _as_recorded(outcome)
-                Job.objects.ack_batch([handle], [result])
+                handle.manager.ack_batch([handle], [result])
         except DatabaseError as error:
             logger.warning(
                 "job id=%s kind=%s attempt=%s: transaction mode could not commit: %s",
@@ -196,7 +172,7 @@ class Executor:
     def _retry(
         self, handle: JobHandle, failure: Failure, delay: float | None, started: float
     ) -> Outcome:
-        if handle.attempt >= handle.max_attempts:
+        if handle.is_last_attempt:
             return self._finish(handle, Verdict.RETRY, started, failure=failure, delay=0.0)
         if delay is None:
             delay = float(registry.backoff_for(handle.kind, handle.queue).delay(handle.attempt))
@@ -260,12 +236,11 @@ def _check_result(result: Any) -> None:
 
 def _record(outcome: Outcome) -> None:
     """Record a failed run inside transaction mode's own transaction."""
-    from django_pgjobs.models import Job
-
+    handle = outcome.handle
     if outcome.verdict is Verdict.RETRY and outcome.failure is not None:
-        Job.objects.retry_batch([(outcome.handle, outcome.failure, outcome.delay)])
+        handle.manager.retry_batch([(handle, outcome.failure, outcome.delay)])
     elif outcome.verdict is Verdict.FAIL and outcome.failure is not None:
-        Job.objects.fail_batch([(outcome.handle, outcome.failure)])
+        handle.manager.fail_batch([(handle, outcome.failure)])
 
 
 def _as_recorded(outcome: Outcome) -> Outcome:
@@ -289,7 +264,7 @@ def _log(outcome: Outcome) -> None:
             *where,
             outcome.failure.error if outcome.failure else "failed",
         )
-    elif handle.attempt >= handle.max_attempts:
+    elif handle.is_last_attempt:
         logger.error(
             "job dead id=%s kind=%s attempt=%s/%s duration=%.3fs reason='max attempts "
             "exceeded' error=%r",

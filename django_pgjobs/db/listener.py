@@ -7,7 +7,6 @@ connection was down only delays a job by one poll interval.
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 import uuid
 from typing import Any
@@ -16,9 +15,8 @@ import psycopg
 from django.db import connections
 from psycopg import sql as pgsql
 
-from django_pgjobs import sql
-
-logger = logging.getLogger("django_pgjobs.worker")
+from django_pgjobs.db import sql
+from django_pgjobs.db.connection import fetchall
 
 #: How long a new LISTEN connection is given to receive its probe.
 PROBE_TIMEOUT_S = 2.0
@@ -60,8 +58,7 @@ class Listener:
         if self._conn is None:
             return False
         token = f"pgjobs-probe:{uuid.uuid4()}"
-        with connections[self.using].cursor() as cursor:
-            cursor.execute(sql.PROBE_LISTENER, {"channel": self.channel, "token": token})
+        fetchall(sql.PROBE_LISTENER, {"channel": self.channel, "token": token}, self.using)
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             for notify in self._conn.notifies(timeout=left, stop_after=1):

@@ -1,0 +1,246 @@
+"""The only code that sends statements to PostgreSQL.
+
+Statements run on Django's connection of an alias, so that they join the caller's
+transaction (S1); their errors come out as Django's database exceptions, and they are
+logged where Django logs queries. The cursor binds parameters on the server, so that
+large arrays travel as data, and a worker's tuned connection prepares each statement
+once (`tune_worker_connection`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from django.db import connections, transaction
+
+from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.db import sql
+
+
+def alias(using: str | None) -> str:
+    """The database alias of a call: `using`, else PGJOBS["DATABASE"]."""
+    return using or pgjobs_settings.DATABASE
+
+
+def fetchall(statement: str, params: Mapping[str, Any], using: str | None) -> list[Any]:
+    """Run `statement` and return its rows ([] when it returns none)."""
+    with executed(statement, params, using) as cursor:
+        return cursor.fetchall() if cursor.description else []
+
+
+def rowcount(statement: str, params: Mapping[str, Any], using: str | None) -> int:
+    """Run `statement` and return how many rows it changed."""
+    with executed(statement, params, using) as cursor:
+        return int(cursor.rowcount)
+
+
+def estimate(statement: str, params: Mapping[str, Any], using: str | None) -> int:
+    """The planner's estimate of the rows of an `EXPLAIN (FORMAT JSON)` statement."""
+    ((plan,),) = fetchall(statement, params, using)
+    document = json.loads(plan) if isinstance(plan, str) else plan
+    return int(document[0]["Plan"]["Plan Rows"])
+
+
+def clock(using: str | None) -> datetime:
+    """The database's time at this instant (S22): not at the start of the transaction."""
+    [(now,)] = fetchall(sql.DATABASE_CLOCK, {}, using)
+    return now  # type: ignore[no-any-return]
+
+
+def in_transaction(using: str | None) -> bool:
+    """Whether the caller is inside `transaction.atomic()` on the alias."""
+    return bool(connections[alias(using)].in_atomic_block)
+
+
+def commit_mode(using: str | None) -> dict[str, Any]:
+    """The commit mode of a claim or completion statement (its `synchronous_commit`).
+
+    Outside a transaction, a claim, heartbeat or completion is a transaction of its own,
+    and with ASYNC_BOOKKEEPING it commits without waiting for the WAL flush: a database
+    crash can lose the last moments of them, and those jobs then run again, exactly as
+    after a worker crash. Inside the caller's transaction (a fence, transaction mode) the
+    caller's commit decides, and nothing is changed.
+    """
+    asynchronous = pgjobs_settings.ASYNC_BOOKKEEPING and not in_transaction(using)
+    return {"synchronous_commit": "off" if asynchronous else None}
+
+
+def wake_params() -> dict[str, Any]:
+    """The parameters of a statement that may wake workers (S23)."""
+    return {"channel": pgjobs_settings.CHANNEL, "notify": pgjobs_settings.NOTIFY}
+
+
+@contextmanager
+def atomic(using: str | None) -> Iterator[None]:
+    """A transaction (a savepoint inside the caller's) on the alias."""
+    with transaction.atomic(using=alias(using)):
+        yield
+
+
+def write_documents(documents: Iterable[Mapping[str, Any]], using: str | None) -> list[list[Any]]:
+    """Run ENQUEUE_JOBS for each document of enqueue_many (ENQUEUE_KEYLESS_JOBS for one
+    whose jobs have no key, its "keyed" false) and return each run's rows.
+
+    psycopg's pipeline mode sends each run as soon as its document is made, without
+    waiting for the one before: the server writes while the caller validates the next.
+    The runs join the caller's transaction; an exception from `documents` ends the
+    pipeline and comes out (the caller rolls back what was sent).
+    """
+    connection = usable_connection(using)
+    raw = connection.connection
+    prepare = prepares(connection)
+    started = time.monotonic()
+    cursors: list[psycopg.Cursor[Any]] = []
+    sent: list[str] = []
+    try:
+        with connection.wrap_database_errors, raw.pipeline():
+            for params in documents:
+                statement = sql.ENQUEUE_JOBS if params["keyed"] else sql.ENQUEUE_KEYLESS_JOBS
+                cursor = psycopg.Cursor(raw)
+                cursors.append(cursor)
+                sent.append(statement)
+                cursor.execute(statement, params, prepare=prepare)
+        with connection.wrap_database_errors:
+            return [cursor.fetchall() for cursor in cursors]
+    finally:
+        for cursor in cursors:
+            cursor.close()
+        if connection.queries_logged:
+            log_queries(connection, sent, started)
+
+
+@contextmanager
+def executed(
+    statement: str, params: Mapping[str, Any], using: str | None
+) -> Iterator[psycopg.Cursor[Any]]:
+    """Run one statement on Django's connection (so it joins the caller's transaction)
+    and yield its cursor."""
+    connection = usable_connection(using)
+    logged = connection.queries_logged
+    started = time.monotonic() if logged else 0.0
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(statement, params, prepare=prepares(connection))
+        yield cursor
+    if logged:
+        log_queries(connection, [statement], started)
+
+
+def usable_connection(using: str | None) -> Any:
+    """Django's connection of `using`, connected, and not in a transaction an error broke."""
+    connection = connections[alias(using)]
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    return connection
+
+
+def log_queries(connection: Any, statements: Sequence[str], started: float) -> None:
+    """Log statements where Django logs queries, each with its share of the time since
+    `started` (time.monotonic())."""
+    elapsed = f"{(time.monotonic() - started) / max(len(statements), 1):.3f}"
+    connection.queries_log.extend({"sql": text.strip(), "time": elapsed} for text in statements)
+
+
+def prepares(connection: Any) -> bool:
+    """Whether to prepare the queue's statements on this connection.
+
+    Preparing saves the parse of every later execution, which on a small statement costs
+    more than running it. It pays only on a connection that lives on: a worker's, or one
+    of Django's persistent or pooled connections (CONN_MAX_AGE, OPTIONS["pool"]); a
+    connection opened for one request would pay a round trip more instead. Only our
+    statements are prepared: a connection Django left without prepared statements gets a
+    threshold no other statement reaches.
+    """
+    if not pgjobs_settings.PREPARE:
+        return False
+    raw = connection.connection
+    if getattr(raw, "_pgjobs_tuned", False):
+        return True
+    settings_dict = connection.settings_dict
+    if not settings_dict.get("CONN_MAX_AGE") and not settings_dict["OPTIONS"].get("pool"):
+        return False
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = 2**31 - 1
+    return True
+
+
+def tune_worker_connection(using: str | None) -> None:
+    """Make the current thread's connection a worker's bookkeeping connection.
+
+    With PGJOBS["PREPARE"], its statements are prepared on first use and planned once
+    (TUNE_WORKER_SESSION), which removes most of the cost of a small claim or ack.
+    Session settings and prepared statements need a connection of one's own: switch
+    PREPARE off behind a transaction-mode pooler. Cheap to call on every loop: a
+    connection is tuned once, and again after a reconnect.
+    """
+    if not pgjobs_settings.PREPARE:
+        return
+    connection = connections[alias(using)]
+    connection.ensure_connection()
+    raw = connection.connection
+    if getattr(raw, "_pgjobs_tuned", False):
+        return
+    fetchall(sql.TUNE_WORKER_SESSION, {}, using)
+    raw.prepare_threshold = 0
+    raw.prepared_max = max(raw.prepared_max or 0, 512)
+    raw._pgjobs_tuned = True
+
+
+def close(using: str | None) -> None:
+    """Close the alias' connection of this thread (the next call reconnects)."""
+    connections[alias(using)].close()
+
+
+def close_all() -> None:
+    """Close every connection of this thread (a thread that ends)."""
+    connections.close_all()
+
+
+def array_of_ids(job_ids: Iterable[int]) -> str:
+    """Job ids as an array literal (`{1,2}`); each must be a whole number.
+
+    Numbers and UUIDs need no quoting, and a literal is parsed by the server in C, where
+    psycopg would adapt a list element by element in Python: on the worker's hot path that
+    adaptation cost more than the statements' own work.
+    """
+    return "{" + ",".join([str(int(job_id)) for job_id in job_ids]) + "}"
+
+
+def array_of_claims(handles: Sequence[Any]) -> dict[str, str]:
+    """The ids and tokens of claims as array literals: `{1,2}` and `{uuid,uuid}`."""
+    return {
+        "ids": "{" + ",".join([str(handle.id) for handle in handles]) + "}",
+        "tokens": "{" + ",".join([str(handle.token) for handle in handles]) + "}",
+    }
+
+
+def array_of_nulls(count: int) -> str:
+    """An array literal of `count` NULLs, for results that are all None."""
+    return "{" + ",".join(["NULL"] * count) + "}"
+
+
+def reset_after_job() -> None:
+    """Ready this thread's connections for the next job, as Django does between requests,
+    but keep a healthy connection open whatever CONN_MAX_AGE says: reconnecting for
+    every job would cost more than most jobs. A connection left in a transaction, with
+    autocommit off, or broken is closed."""
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is None:
+            continue
+        if connection.in_atomic_block or connection.get_autocommit() is not True:
+            connection.close()
+        elif connection.errors_occurred:
+            if connection.is_usable():
+                connection.errors_occurred = False
+            else:
+                connection.close()
+
+
+def json_value(value: Any) -> Any:
+    """Decode a jsonb value once; Django's psycopg setup hands jsonb over as text."""
+    return json.loads(value) if isinstance(value, str) else value

@@ -1,0 +1,473 @@
+"""Statements on claims: taking jobs (S6-S9) and every write a claim makes (S10-S17, S25).
+
+Each write finds its job rows by primary key through a LATERAL probe and applies the S10
+predicate (`CLAIM_IS_CURRENT`) under a row lock, so a late write from a superseded claim
+changes nothing. Inside a transaction `now()` is the transaction's start. That is what
+makes the fence (S16) and transaction mode (S21) sound: the row is locked while the
+predicate holds at the start, no claimer can take it while the lock is held, so every
+later statement of the same transaction sees the claim as current, and rightly so.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from django_pgjobs.db.sql.fragments import (
+    CLAIM_IS_CURRENT,
+    CLAIMABLE,
+    COMMIT_MODE,
+    KEPT_COLUMNS,
+    KEPT_COLUMNS_OF_J,
+    PROMOTE_RERUN,
+)
+
+# What a claim statement returns (after its lapsed_waiting flag), and what the caller
+# reads into a JobHandle.
+_CLAIMED = f"""claimed AS (
+    -- Claim the rows of `picked` (S8).
+    UPDATE pgjobs_job AS j
+    SET state = 'running',
+        attempts = j.attempts + 1,
+        claimed_by = gen_random_uuid(),
+        claimed_at = now(),
+        started_at = coalesce(j.started_at, now()),
+        claimed_until = now() + make_interval(secs => j.lease_s),
+        worker_id = %(worker_id)s
+    FROM picked AS p
+    WHERE j.id = p.id
+    RETURNING j.id, j.queue, j.kind, j.key, j.priority, j.run_after, j.attempts,
+              j.max_attempts, j.lease_s, j.claimed_by, j.claimed_at, j.claimed_until,
+              j.worker_id, j.expires_at, j.created_at, j.payload
+),
+flags AS (
+    SELECT EXISTS (
+        SELECT 1 FROM pgjobs_job AS j
+        WHERE j.state = 'running' AND j.claimed_until <= now()
+          AND j.queue = ANY(%(queues)s::text[])
+    ) AS lapsed_waiting, {COMMIT_MODE} AS commit_mode
+)
+SELECT f.lapsed_waiting, c.*
+FROM flags AS f
+LEFT JOIN claimed AS c ON true"""
+
+CLAIM_JOBS = f"""
+-- Claim up to %(limit)s pending jobs of %(queues)s for %(worker_id)s (S6-S8) by priority
+-- DESC, run_after, id. Each row also says whether a lapsed claim waits in these queues
+-- (S9): the caller then runs RESCUE_LAPSED_JOBS and claims again. An empty claim still
+-- returns one row, for that flag.
+WITH RECURSIVE levels (queue, priority) AS (
+    -- A skip scan of the claim index: one row per (queue, priority) holding pending
+    -- jobs, each found by one index probe. Reading runnable rows level by level means a
+    -- claim never wades through scheduled rows sorted between two runnable ones.
+    SELECT q.name, (SELECT max(j.priority) FROM pgjobs_job AS j
+                    WHERE j.state = 'pending' AND j.queue = q.name)
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    -- Paused queues are never claimed; limited ones only by CLAIM_LIMITED_JOBS.
+    WHERE NOT EXISTS (
+        SELECT 1 FROM pgjobs_queue AS c
+        WHERE c.name = q.name AND (c.paused OR c.max_running IS NOT NULL)
+    )
+    UNION ALL
+    SELECT l.queue, (SELECT max(j.priority) FROM pgjobs_job AS j
+                     WHERE j.state = 'pending' AND j.queue = l.queue AND j.priority < l.priority)
+    FROM levels AS l
+    WHERE l.priority IS NOT NULL
+),
+ordered_levels AS (
+    -- Within one priority, the queue holding the oldest runnable job goes first.
+    SELECT l.queue, l.priority
+    FROM levels AS l
+    WHERE l.priority IS NOT NULL
+    ORDER BY l.priority DESC,
+             (SELECT j.run_after FROM pgjobs_job AS j
+              WHERE j.state = 'pending' AND j.queue = l.queue AND j.priority = l.priority
+                AND j.run_after <= now()
+              ORDER BY j.run_after, j.id LIMIT 1) NULLS LAST,
+             l.queue
+),
+picked AS (
+    -- The CTE is an optimization fence: LIMIT applies before the UPDATE, and the LATERAL
+    -- scans lock rows only as the LIMIT pulls them, so no more than %(limit)s are locked.
+    SELECT c.id
+    FROM ordered_levels AS l
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM pgjobs_job AS j
+        WHERE {CLAIMABLE} AND j.queue = l.queue AND j.priority = l.priority
+        ORDER BY j.run_after, j.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    LIMIT %(limit)s
+),
+{_CLAIMED}
+"""
+
+
+@functools.cache
+def claim_jobs(limit: int) -> str:
+    """Return CLAIM_JOBS with its LIMIT written into the text.
+
+    A prepared statement is planned once, before its parameters are known; PostgreSQL
+    then guesses a parameter LIMIT at a tenth of the table, and the plan (and its cost,
+    which can cross jit_above_cost) grows with the backlog. With the LIMIT in the text,
+    the one-off plan is the plan a known LIMIT gets. A worker claims a few sizes only,
+    so few variants exist per connection.
+    """
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ValueError(f"A claim limit must be a whole number >= 1, not {limit!r}.")
+    return CLAIM_JOBS.replace("%(limit)s", str(limit))
+
+
+CLAIM_LIMITED_JOBS = f"""
+-- Claim up to %(limit)s jobs of the limited queues among %(queues)s for %(worker_id)s,
+-- each queue up to its max_running less its running jobs whose lease holds (a lapsed
+-- lease frees its slot). Runs after LOCK_LIMITED_QUEUES, in the same transaction.
+WITH allowance AS (
+    SELECT c.name, greatest(c.max_running - (
+        SELECT count(*) FROM pgjobs_job AS j
+        WHERE j.state = 'running' AND j.queue = c.name AND j.claimed_until > now()
+    ), 0) AS free
+    FROM pgjobs_queue AS c
+    WHERE c.name = ANY(%(queues)s::text[]) AND c.max_running IS NOT NULL AND NOT c.paused
+),
+picked AS (
+    SELECT t.id
+    FROM allowance AS a
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM pgjobs_job AS j
+        WHERE {CLAIMABLE} AND j.queue = a.name
+        ORDER BY j.priority DESC, j.run_after, j.id
+        LIMIT least(a.free, %(limit)s)
+        FOR UPDATE SKIP LOCKED
+    ) AS t
+    LIMIT %(limit)s
+),
+{_CLAIMED}
+"""
+
+RESCUE_LAPSED_JOBS = f"""
+-- Take back up to %(limit)s claims whose lease lapsed, of %(queues)s (NULL: of every
+-- queue) (S9): pending again with the attempt counted, so the next claim consumes another;
+-- dead with 'max attempts exceeded' when none is left; or the key's pending trigger
+-- promoted (S3). Each lapsed attempt is recorded in the job's errors as 'lease lapsed'.
+WITH target AS (
+    SELECT j.id, j.attempts >= j.max_attempts AS exhausted,
+           j.rerun_payload IS NOT NULL AS has_rerun,
+           jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', 'lease lapsed',
+                              'traceback', NULL, 'exception', NULL,
+                              'worker_id', j.worker_id) AS entry
+    FROM pgjobs_job AS j
+    WHERE j.state = 'running' AND j.claimed_until <= now()
+      AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+    ORDER BY j.claimed_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+requeued AS (
+    UPDATE pgjobs_job AS j
+    SET state = 'pending', claimed_by = NULL, claimed_until = NULL,
+        last_error = 'lease lapsed',
+        errors = jsonb_path_query_array(j.errors || jsonb_build_array(t.entry),
+                 '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
+    FROM target AS t
+    WHERE j.id = t.id AND NOT t.exhausted AND NOT t.has_rerun
+    RETURNING j.queue, j.run_after
+),
+buried AS (
+    DELETE FROM pgjobs_job AS j USING target AS t
+    WHERE j.id = t.id AND t.exhausted AND NOT t.has_rerun
+    RETURNING j.*, t.entry AS final_entry
+),
+dead AS (
+    INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, died_at)
+    SELECT j.id, {KEPT_COLUMNS_OF_J}, 'lease lapsed',
+           jsonb_path_query_array(j.errors || jsonb_build_array(j.final_entry),
+           '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1)),
+           'max attempts exceeded', now()
+    FROM buried AS j
+    RETURNING id
+),
+promoted AS (
+    UPDATE pgjobs_job AS j
+    SET {PROMOTE_RERUN},
+        last_error = 'lease lapsed',
+        errors = jsonb_path_query_array(j.errors || jsonb_build_array(t.entry),
+                 '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
+    FROM target AS t
+    WHERE j.id = t.id AND t.has_rerun
+    RETURNING j.queue, j.run_after
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT queue FROM requeued WHERE run_after <= now()
+          UNION SELECT queue FROM promoted WHERE run_after <= now()) AS q
+    WHERE %(notify)s
+)
+SELECT (SELECT count(*) FROM requeued), (SELECT count(*) FROM dead),
+       (SELECT count(*) FROM promoted), (SELECT count(*) FROM woke)
+"""
+
+NEXT_DUE_IN = """
+-- Seconds from now() until a job of %(queues)s next becomes claimable: the earliest
+-- scheduled pending job, or the earliest running job whose lease will lapse (NULL: none).
+SELECT extract(epoch FROM least(
+    (SELECT min(n.run_after)
+     FROM unnest(%(queues)s::text[]) AS q(name)
+     CROSS JOIN LATERAL (
+         SELECT j.run_after FROM pgjobs_job AS j
+         WHERE j.state = 'pending' AND j.queue = q.name AND j.run_after > now()
+         ORDER BY j.run_after
+         LIMIT 1
+     ) AS n),
+    (SELECT j.claimed_until FROM pgjobs_job AS j
+     WHERE j.state = 'running' AND j.claimed_until > now()
+       AND j.queue = ANY(%(queues)s::text[])
+     ORDER BY j.claimed_until
+     LIMIT 1)
+) - now())::float8
+"""
+
+ACK_JOBS = f"""
+-- Complete claimed jobs whose claim is current (S12, S17): delete each, keep it as done
+-- with its result while it has result retention, or promote its pending trigger (S3).
+WITH target AS (
+    SELECT j.id, t.result, j.rerun_payload IS NOT NULL AS has_rerun, j.result_ttl_s
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[])
+         AS t(id, token, result)
+    CROSS JOIN LATERAL (
+        SELECT * FROM pgjobs_job AS j
+        WHERE j.id = t.id AND {CLAIM_IS_CURRENT}
+        FOR UPDATE
+    ) AS j
+),
+deleted AS (
+    DELETE FROM pgjobs_job AS j USING target AS t
+    WHERE j.id = t.id AND NOT t.has_rerun AND t.result_ttl_s IS NULL
+    RETURNING j.id
+),
+kept AS (
+    UPDATE pgjobs_job AS j
+    SET state = 'done', result = t.result, finished_at = now(),
+        purge_at = now() + make_interval(secs => t.result_ttl_s)
+    FROM target AS t
+    WHERE j.id = t.id AND NOT t.has_rerun AND t.result_ttl_s IS NOT NULL
+    RETURNING j.id
+),
+promoted AS (
+    UPDATE pgjobs_job AS j
+    SET {PROMOTE_RERUN}
+    FROM target AS t
+    WHERE j.id = t.id AND t.has_rerun
+    RETURNING j.queue, j.run_after
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, p.queue)
+    FROM (SELECT DISTINCT queue FROM promoted WHERE %(notify)s AND run_after <= now()) AS p
+)
+SELECT (SELECT count(*) FROM deleted) + (SELECT count(*) FROM kept)
+       + (SELECT count(*) FROM promoted),
+       (SELECT count(*) FROM woke), {COMMIT_MODE}
+"""
+
+RETRY_JOBS = f"""
+-- Record a failed attempt of claimed jobs whose claim is current (S13): back to pending
+-- after the given delay, or dead with 'max attempts exceeded' when attempts are spent;
+-- a pending trigger (S3) is promoted instead of either.
+WITH target AS (
+    SELECT j.id, t.error, t.delay_s,
+           jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', t.error,
+                              'traceback', t.traceback, 'exception', t.exception,
+                              'worker_id', j.worker_id) AS entry,
+           j.attempts >= j.max_attempts AS exhausted,
+           j.rerun_payload IS NOT NULL AS has_rerun
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::text[],
+                %(tracebacks)s::text[], %(exceptions)s::text[], %(delays_s)s::float8[])
+         AS t(id, token, error, traceback, exception, delay_s)
+    CROSS JOIN LATERAL (
+        SELECT * FROM pgjobs_job AS j
+        WHERE j.id = t.id AND {CLAIM_IS_CURRENT}
+        FOR UPDATE
+    ) AS j
+),
+retried AS (
+    UPDATE pgjobs_job AS j
+    SET state = 'pending', run_after = now() + make_interval(secs => t.delay_s),
+        claimed_by = NULL, claimed_until = NULL, last_error = t.error,
+        errors = jsonb_path_query_array(j.errors || jsonb_build_array(t.entry),
+                 '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
+    FROM target AS t
+    WHERE j.id = t.id AND NOT t.exhausted AND NOT t.has_rerun
+    RETURNING j.id
+),
+promoted AS (
+    UPDATE pgjobs_job AS j
+    SET {PROMOTE_RERUN},
+        last_error = t.error,
+        errors = jsonb_path_query_array(j.errors || jsonb_build_array(t.entry),
+                 '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
+    FROM target AS t
+    WHERE j.id = t.id AND t.has_rerun
+    RETURNING j.queue, j.run_after
+),
+buried AS (
+    DELETE FROM pgjobs_job AS j USING target AS t
+    WHERE j.id = t.id AND t.exhausted AND NOT t.has_rerun
+    RETURNING j.*, t.error AS final_error, t.entry AS final_entry
+),
+dead AS (
+    INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, died_at)
+    SELECT j.id, {KEPT_COLUMNS_OF_J}, j.final_error,
+           jsonb_path_query_array(j.errors || jsonb_build_array(j.final_entry),
+           '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1)),
+           'max attempts exceeded', now()
+    FROM buried AS j
+    RETURNING id
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, p.queue)
+    FROM (SELECT DISTINCT queue FROM promoted WHERE %(notify)s AND run_after <= now()) AS p
+)
+SELECT (SELECT count(*) FROM retried), (SELECT count(*) FROM promoted),
+       (SELECT count(*) FROM dead), (SELECT count(*) FROM woke), {COMMIT_MODE}
+"""
+
+FAIL_JOBS = f"""
+-- Dead-letter claimed jobs whose claim is current at once (S15), with the caller's reason
+-- verbatim; a pending trigger (S3) is promoted instead.
+WITH target AS (
+    SELECT j.id, t.error,
+           jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', t.error,
+                              'traceback', t.traceback, 'exception', t.exception,
+                              'worker_id', j.worker_id) AS entry,
+           j.rerun_payload IS NOT NULL AS has_rerun
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::text[],
+                %(tracebacks)s::text[], %(exceptions)s::text[])
+         AS t(id, token, error, traceback, exception)
+    CROSS JOIN LATERAL (
+        SELECT * FROM pgjobs_job AS j
+        WHERE j.id = t.id AND {CLAIM_IS_CURRENT}
+        FOR UPDATE
+    ) AS j
+),
+promoted AS (
+    UPDATE pgjobs_job AS j
+    SET {PROMOTE_RERUN},
+        last_error = t.error,
+        errors = jsonb_path_query_array(j.errors || jsonb_build_array(t.entry),
+                 '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
+    FROM target AS t
+    WHERE j.id = t.id AND t.has_rerun
+    RETURNING j.queue, j.run_after
+),
+buried AS (
+    DELETE FROM pgjobs_job AS j USING target AS t
+    WHERE j.id = t.id AND NOT t.has_rerun
+    RETURNING j.*, t.error AS final_error, t.entry AS final_entry
+),
+dead AS (
+    INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, died_at)
+    SELECT j.id, {KEPT_COLUMNS_OF_J}, j.final_error,
+           jsonb_path_query_array(j.errors || jsonb_build_array(j.final_entry),
+           '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1)),
+           j.final_error, now()
+    FROM buried AS j
+    RETURNING id
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, p.queue)
+    FROM (SELECT DISTINCT queue FROM promoted WHERE %(notify)s AND run_after <= now()) AS p
+)
+SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM promoted), (SELECT count(*) FROM woke),
+       {COMMIT_MODE}
+"""
+
+RELEASE_JOBS = f"""
+-- Hand claims back at shutdown (S25): pending again with the attempt refunded, or the
+-- pending trigger promoted; wake the workers of their queues. A row a still-running
+-- transaction holds is skipped: it comes back when its lease lapses.
+WITH target AS (
+    SELECT j.id, j.rerun_payload IS NOT NULL AS has_rerun
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
+    CROSS JOIN LATERAL (
+        SELECT * FROM pgjobs_job AS j
+        WHERE j.id = t.id AND {CLAIM_IS_CURRENT}
+        FOR UPDATE SKIP LOCKED
+    ) AS j
+),
+released AS (
+    UPDATE pgjobs_job AS j
+    SET state = 'pending', attempts = greatest(j.attempts - 1, 0),
+        claimed_by = NULL, claimed_until = NULL
+    FROM target AS t
+    WHERE j.id = t.id AND NOT t.has_rerun
+    RETURNING j.queue, j.run_after
+),
+promoted AS (
+    UPDATE pgjobs_job AS j
+    SET {PROMOTE_RERUN}
+    FROM target AS t
+    WHERE j.id = t.id AND t.has_rerun
+    RETURNING j.queue, j.run_after
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT queue FROM released WHERE run_after <= now()
+          UNION SELECT queue FROM promoted WHERE run_after <= now()) AS q
+    WHERE %(notify)s
+)
+SELECT (SELECT count(*) FROM released) + (SELECT count(*) FROM promoted),
+       (SELECT count(*) FROM woke), {COMMIT_MODE}
+"""
+
+# Two heartbeats, that differ in how they take the row lock: a handler's own heartbeat
+# waits for a lock another transaction holds a moment (the worker's background
+# heartbeat, say) rather than be refused; the worker's background heartbeat skips rows a
+# fence or a transaction-mode job holds for long, since that lock keeps every claimer
+# away anyway.
+HEARTBEAT_JOBS = f"""
+-- Extend current claims to now() + extend (S11: an absolute reset); a lapsed or
+-- superseded claim is refused. Returns the jobs extended and their new deadline.
+WITH target AS (
+    SELECT j.id, t.extend_s
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(extends_s)s::float8[])
+         AS t(id, token, extend_s)
+    CROSS JOIN LATERAL (
+        SELECT * FROM pgjobs_job AS j
+        WHERE j.id = t.id AND {CLAIM_IS_CURRENT}
+        FOR UPDATE
+    ) AS j
+)
+UPDATE pgjobs_job AS j
+SET claimed_until = now() + make_interval(secs => t.extend_s)
+FROM target AS t
+WHERE j.id = t.id
+RETURNING j.id, j.claimed_until, {COMMIT_MODE}
+"""
+
+HEARTBEAT_UNLOCKED_JOBS = f"""
+-- HEARTBEAT_JOBS for the worker's background heartbeats: rows locked by a running fence
+-- or transaction-mode job are skipped (that lock already keeps every claimer away).
+WITH target AS (
+    SELECT j.id, t.extend_s
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(extends_s)s::float8[])
+         AS t(id, token, extend_s)
+    CROSS JOIN LATERAL (
+        SELECT * FROM pgjobs_job AS j
+        WHERE j.id = t.id AND {CLAIM_IS_CURRENT}
+        FOR UPDATE SKIP LOCKED
+    ) AS j
+)
+UPDATE pgjobs_job AS j
+SET claimed_until = now() + make_interval(secs => t.extend_s)
+FROM target AS t
+WHERE j.id = t.id
+RETURNING j.id, j.claimed_until, {COMMIT_MODE}
+"""
+
+LOCK_CURRENT_CLAIM = f"""
+-- Lock a job row for the rest of the transaction if its claim is current (S16, S21).
+SELECT j.id
+FROM pgjobs_job AS j, (SELECT %(token)s::uuid AS token) AS t
+WHERE j.id = %(id)s AND {CLAIM_IS_CURRENT}
+FOR UPDATE OF j
+"""

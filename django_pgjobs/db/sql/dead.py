@@ -1,0 +1,82 @@
+"""Statements on the dead-letter table: requeue (S3 merge), retention (S24), the overview."""
+
+from __future__ import annotations
+
+from django_pgjobs.db.sql.fragments import ON_LIVE_KEY
+
+REQUEUE_DEAD_JOB = f"""
+-- Move a dead letter back to pending with a fresh attempt budget and no expiry; if its
+-- key has a live job, merge into that job instead (S3, replace) and drop the letter.
+WITH moved AS (
+    DELETE FROM pgjobs_dead WHERE id = %(id)s RETURNING *
+),
+merged AS (
+    INSERT INTO pgjobs_job AS job (
+        id, queue, kind, key, state, priority, run_after, attempts, max_attempts, lease_s,
+        payload, last_error, errors, result_ttl_s, created_at)
+    SELECT id, queue, kind, key, 'pending', priority, now(), 0, max_attempts, lease_s,
+           payload, last_error, errors, result_ttl_s, created_at
+    FROM moved
+    {ON_LIVE_KEY}
+    DO UPDATE SET
+        payload = CASE WHEN job.state = 'pending' THEN excluded.payload ELSE job.payload END,
+        run_after = CASE WHEN job.state = 'pending' THEN excluded.run_after
+                         ELSE job.run_after END,
+        rerun_payload = CASE WHEN job.state = 'running' THEN excluded.payload
+                             ELSE job.rerun_payload END,
+        rerun_after = CASE WHEN job.state = 'running' THEN excluded.run_after
+                           ELSE job.rerun_after END
+    RETURNING job.id, job.xmax = 0 AS inserted, job.queue,
+              job.state = 'pending' AND job.run_after <= now() AS runnable
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, queue) FROM merged WHERE %(notify)s AND runnable
+)
+SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
+"""
+
+PRUNE_DEAD_IN_QUEUES = """
+-- Delete up to %(limit)s dead letters of %(queues)s older than %(retention_s)s (S24).
+DELETE FROM pgjobs_dead
+WHERE id IN (
+    SELECT id FROM pgjobs_dead
+    WHERE queue = ANY(%(queues)s::text[])
+      AND died_at < now() - make_interval(secs => %(retention_s)s::float8)
+    ORDER BY died_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+"""
+
+PRUNE_DEAD_OUTSIDE_QUEUES = """
+-- Delete up to %(limit)s dead letters of queues other than %(queues)s older than
+-- %(retention_s)s (S24): the default retention, for queues without their own.
+DELETE FROM pgjobs_dead
+WHERE id IN (
+    SELECT id FROM pgjobs_dead
+    WHERE queue <> ALL(%(queues)s::text[])
+      AND died_at < now() - make_interval(secs => %(retention_s)s::float8)
+    ORDER BY died_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+"""
+
+DEAD_QUEUE_NAMES = """
+-- The queues that hold dead letters: a skip scan of the dead table's queue index.
+WITH RECURSIVE dead_queues (queue) AS (
+    (SELECT d.queue FROM pgjobs_dead AS d ORDER BY d.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.queue FROM pgjobs_dead AS d WHERE d.queue > q.queue
+            ORDER BY d.queue LIMIT 1)
+    FROM dead_queues AS q
+    WHERE q.queue IS NOT NULL
+)
+SELECT queue FROM dead_queues WHERE queue IS NOT NULL
+"""
+
+ESTIMATE_DEAD = """
+-- The planner's estimate of a queue's dead letters (for counts past the cap).
+EXPLAIN (FORMAT JSON)
+SELECT 1 FROM pgjobs_dead WHERE queue = %(queue)s
+"""

@@ -1,0 +1,80 @@
+"""The pieces of SQL that several statements share because they state one rule.
+
+Each is a plain string, spliced whole into the statements that use it; no statement is
+built by a function. A rule written once cannot drift between the statements it governs.
+"""
+
+from __future__ import annotations
+
+#: The S10 validity predicate, for a job row `j` and an input row `t` carrying the claim's
+#: token. Wrapped in `IS TRUE`, the test can be neither an index condition nor proof of a
+#: partial index's predicate, so the planner never trades the primary key for a walk of
+#: the lease index, whose cost grows with the running jobs.
+CLAIM_IS_CURRENT = (
+    "(j.state = 'running' AND j.claimed_by = t.token AND j.claimed_until > now()) IS TRUE"
+)
+
+#: The columns a job keeps when it moves between the live and the dead table, and the
+#: same of a job row `j`.
+KEPT_COLUMNS = (
+    "queue, kind, key, priority, run_after, attempts, max_attempts, lease_s, claimed_by,"
+    " claimed_until, claimed_at, started_at, worker_id, expires_at, payload, result,"
+    " rerun_after, rerun_payload, rerun_expires_at, result_ttl_s, created_at"
+)
+KEPT_COLUMNS_OF_J = (
+    "j.queue, j.kind, j.key, j.priority, j.run_after, j.attempts, j.max_attempts, j.lease_s,"
+    " j.claimed_by, j.claimed_until, j.claimed_at, j.started_at, j.worker_id, j.expires_at,"
+    " j.payload, j.result, j.rerun_after, j.rerun_payload, j.rerun_expires_at,"
+    " j.result_ttl_s, j.created_at"
+)
+
+#: S3: a pending trigger replaces the run that just ended, whatever way it ended: same
+#: row, the trigger's payload, schedule and expiry, a fresh attempt budget.
+PROMOTE_RERUN = """state = 'pending', payload = j.rerun_payload,
+        run_after = coalesce(j.rerun_after, now()), expires_at = j.rerun_expires_at,
+        attempts = 0, claimed_by = NULL, claimed_until = NULL,
+        rerun_payload = NULL, rerun_after = NULL, rerun_expires_at = NULL"""
+
+#: The live key index, as ON CONFLICT must name it (its predicate, verbatim).
+ON_LIVE_KEY = "ON CONFLICT (kind, key) WHERE key IS NOT NULL AND state IN ('pending', 'running')"
+
+#: S3 for INSERTs into pgjobs_job AS job: a live job of the same (kind, key) takes the new
+#: trigger instead of a second row. Pending: payload (and schedule, for "replace")
+#: replaced. Running: the trigger is stored and promoted when the run ends. "ignore": no
+#: change, but the row still comes back so the caller learns the live job's id.
+#: `xmax = 0` tells an inserted row from an updated one.
+MERGE_INTO_LIVE_JOB = f"""{ON_LIVE_KEY}
+    DO UPDATE SET
+        payload = CASE WHEN job.state = 'pending' AND %(on_conflict)s <> 'ignore'
+                       THEN excluded.payload ELSE job.payload END,
+        run_after = CASE WHEN job.state = 'pending' AND %(on_conflict)s = 'replace'
+                         THEN excluded.run_after ELSE job.run_after END,
+        expires_at = CASE WHEN job.state = 'pending' AND %(on_conflict)s <> 'ignore'
+                          THEN excluded.expires_at ELSE job.expires_at END,
+        rerun_payload = CASE WHEN job.state = 'running' AND %(on_conflict)s <> 'ignore'
+                             THEN excluded.payload ELSE job.rerun_payload END,
+        rerun_after = CASE
+            WHEN job.state = 'running' AND %(on_conflict)s = 'replace' THEN excluded.run_after
+            WHEN job.state = 'running' AND %(on_conflict)s = 'keep_schedule'
+                THEN coalesce(job.rerun_after, excluded.run_after)
+            ELSE job.rerun_after END,
+        rerun_expires_at = CASE WHEN job.state = 'running' AND %(on_conflict)s <> 'ignore'
+                                THEN excluded.expires_at ELSE job.rerun_expires_at END
+    RETURNING job.id, job.xmax = 0 AS inserted, job.queue, job.created_at,
+              job.state = 'pending' AND job.run_after <= now() AS runnable"""
+
+#: Sets the statement's transaction to commit without waiting for the WAL flush when
+#: %(synchronous_commit)s is 'off' (NULL: no change). synchronous_commit is read at
+#: commit, so a transaction-local setting made while the statement runs applies to its
+#: own commit. Placed where it runs whenever the statement changed a row: an
+#: uncorrelated scalar subquery, evaluated once.
+COMMIT_MODE = (
+    "(SELECT set_config('synchronous_commit',"
+    " coalesce(%(synchronous_commit)s, current_setting('synchronous_commit')), true))"
+)
+
+#: A job a claim may take: runnable now and not expired.
+CLAIMABLE = (
+    "j.state = 'pending' AND j.run_after <= now()"
+    " AND (j.expires_at IS NULL OR j.expires_at > now())"
+)

@@ -1,0 +1,256 @@
+"""Statements on the live table outside claims: enqueue (S1-S5, S23), the operators'
+writes (S18), the sweeper's (S24), and the overview read along the partial indexes."""
+
+from __future__ import annotations
+
+from django_pgjobs.db.sql.fragments import (
+    KEPT_COLUMNS,
+    KEPT_COLUMNS_OF_J,
+    MERGE_INTO_LIVE_JOB,
+    PROMOTE_RERUN,
+)
+
+INSERT_JOB = """
+-- Insert one job without a key, which nothing can merge with (S1); wake workers when it
+-- can run now (S23). ENQUEUE_JOB's shape for the common case, cheaper to parse and plan.
+INSERT INTO pgjobs_job (
+    queue, kind, state, priority, run_after, attempts, max_attempts, lease_s,
+    expires_at, payload, errors, result_ttl_s, created_at)
+VALUES (
+    %(queue)s, %(kind)s, 'pending', %(priority)s,
+    coalesce(now() + make_interval(secs => %(delay_s)s::float8),
+             %(run_after)s::timestamptz, now()),
+    0, %(max_attempts)s, %(lease_s)s,
+    now() + make_interval(secs => %(expires_s)s::float8),
+    %(payload)s::jsonb, '[]'::jsonb, %(result_ttl_s)s, now())
+RETURNING id, true, created_at,
+          CASE WHEN %(notify)s AND run_after <= now() THEN pg_notify(%(channel)s, queue)::text END
+"""
+
+ENQUEUE_JOB = f"""
+-- Insert one job, or merge it into the live job of its (kind, key) (S3); wake workers (S23).
+WITH merged AS (
+    INSERT INTO pgjobs_job AS job (
+        queue, kind, key, state, priority, run_after, attempts, max_attempts, lease_s,
+        expires_at, payload, errors, result_ttl_s, created_at)
+    VALUES (
+        %(queue)s, %(kind)s, %(key)s, 'pending', %(priority)s,
+        coalesce(now() + make_interval(secs => %(delay_s)s::float8),
+                 %(run_after)s::timestamptz, now()),
+        0, %(max_attempts)s, %(lease_s)s,
+        now() + make_interval(secs => %(expires_s)s::float8),
+        %(payload)s::jsonb, '[]'::jsonb, %(result_ttl_s)s, now())
+    {MERGE_INTO_LIVE_JOB}
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, queue) FROM merged WHERE %(notify)s AND runnable
+)
+SELECT id, inserted, created_at, (SELECT count(*) FROM woke) FROM merged
+"""
+
+# The rows of enqueue_many's document %(jobs)s: a JSON array of rows, each an array in
+# the order of options.ENQUEUE_ROW (the comments name them; a test holds the two to each
+# other). One parameter the server parses in C, where arrays of strings would be escaped
+# element by element client-side. Inserted in input order, so rows come back in it.
+_INSERT_DOCUMENT = """INSERT INTO pgjobs_job AS job (
+        queue, kind, key, state, priority, run_after, attempts, max_attempts, lease_s,
+        expires_at, payload, errors, result_ttl_s, created_at)
+    SELECT i.row ->> 0,  -- queue
+           i.row ->> 1,  -- kind
+           i.row ->> 9,  -- key
+           'pending',
+           (i.row ->> 2)::smallint,  -- priority
+           coalesce(now() + make_interval(secs => (i.row ->> 3)::float8),  -- delay_s
+                    (i.row ->> 4)::timestamptz,  -- run_after
+                    now()),
+           0,
+           (i.row ->> 5)::int,  -- max_attempts
+           (i.row ->> 6)::int,  -- lease_s
+           now() + make_interval(secs => (i.row ->> 7)::float8),  -- expires_s
+           i.row -> 10,  -- payload
+           '[]'::jsonb,
+           (i.row ->> 8)::int,  -- result_ttl_s
+           now()
+    FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS i(row, n)
+    ORDER BY i.n"""
+
+ENQUEUE_JOBS = f"""
+-- Insert many jobs in one statement (S5), merging keyed ones as ENQUEUE_JOB does.
+-- The caller folds duplicate keys beforehand, because ON CONFLICT cannot change one row
+-- twice in a statement.
+WITH merged AS (
+    {_INSERT_DOCUMENT}
+    {MERGE_INTO_LIVE_JOB}
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM merged WHERE %(notify)s AND runnable) AS q
+)
+SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
+"""
+
+ENQUEUE_KEYLESS_JOBS = f"""
+-- ENQUEUE_JOBS for a document whose jobs have no key: with nothing to merge, the rows
+-- skip ON CONFLICT's check of the key index (a tenth of the statement's time).
+WITH merged AS (
+    {_INSERT_DOCUMENT}
+    RETURNING job.id, true AS inserted, job.queue, job.run_after <= now() AS runnable
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM merged WHERE %(notify)s AND runnable) AS q
+)
+SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
+"""
+
+CANCEL_JOB = """
+-- Delete a pending or running job (S18); a running handler's later writes are refused.
+DELETE FROM pgjobs_job WHERE id = %(id)s AND state IN ('pending', 'running') RETURNING id
+"""
+
+CANCEL_JOBS = f"""
+-- Move pending or running jobs to the dead table with %(reason)s (the admin's cancel); a
+-- running handler's later writes are refused (S10), and the letter can be requeued.
+WITH buried AS (
+    DELETE FROM pgjobs_job AS j
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state IN ('pending', 'running')
+    RETURNING j.*
+),
+dead AS (
+    INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, died_at)
+    SELECT j.id, {KEPT_COLUMNS_OF_J}, j.last_error, j.errors, %(reason)s, now()
+    FROM buried AS j
+    RETURNING id
+)
+SELECT count(*) FROM dead
+"""
+
+RUN_JOBS_NOW = """
+-- Make pending jobs runnable now (admin "run now"); wake the workers of their queues.
+WITH moved AS (
+    UPDATE pgjobs_job SET run_after = now()
+    WHERE id = ANY(%(ids)s::bigint[]) AND state = 'pending'
+    RETURNING queue
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM moved) AS q
+    WHERE %(notify)s
+)
+SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM woke)
+"""
+
+SWEEP_EXPIRED = f"""
+-- Move up to %(limit)s live jobs past expires_at to the dead table as 'expired' (S24);
+-- a pending trigger (S3) is promoted instead, the expiry kept in the job's errors.
+WITH target AS (
+    SELECT j.id, j.rerun_payload IS NOT NULL AS has_rerun
+    FROM pgjobs_job AS j
+    WHERE j.expires_at <= now() AND j.state IN ('pending', 'running')
+    ORDER BY j.expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+buried AS (
+    DELETE FROM pgjobs_job AS j USING target AS t
+    WHERE j.id = t.id AND NOT t.has_rerun
+    RETURNING j.*
+),
+dead AS (
+    INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, died_at)
+    SELECT j.id, {KEPT_COLUMNS_OF_J}, j.last_error, j.errors, 'expired', now()
+    FROM buried AS j
+    RETURNING id
+),
+promoted AS (
+    UPDATE pgjobs_job AS j
+    SET {PROMOTE_RERUN},
+        last_error = 'expired',
+        errors = jsonb_path_query_array(
+            j.errors || jsonb_build_array(jsonb_build_object(
+                'attempt', j.attempts, 'at', now(), 'error', 'expired', 'traceback', NULL,
+                'exception', NULL, 'worker_id', j.worker_id)),
+            '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
+    FROM target AS t
+    WHERE j.id = t.id AND t.has_rerun
+    RETURNING j.queue, j.run_after
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, p.queue)
+    FROM (SELECT DISTINCT queue FROM promoted WHERE %(notify)s AND run_after <= now()) AS p
+)
+SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM promoted)
+"""
+
+PRUNE_DONE = """
+-- Delete up to %(limit)s done jobs whose result retention has ended (S24).
+DELETE FROM pgjobs_job
+WHERE id IN (
+    SELECT id FROM pgjobs_job
+    WHERE state = 'done' AND purge_at <= now()
+    ORDER BY purge_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+"""
+
+LIVE_QUEUE_NAMES = """
+-- The queues that hold pending or running jobs. Pending queues come from a skip scan of
+-- the schedule index, one probe per queue, never a DISTINCT over the backlog; running
+-- jobs are few.
+WITH RECURSIVE pending_queues (queue) AS (
+    (SELECT j.queue FROM pgjobs_job AS j WHERE j.state = 'pending' ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM pgjobs_job AS j
+            WHERE j.state = 'pending' AND j.queue > p.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM pending_queues AS p
+    WHERE p.queue IS NOT NULL
+)
+SELECT queue FROM pending_queues WHERE queue IS NOT NULL
+UNION
+SELECT DISTINCT queue FROM pgjobs_job WHERE state = 'running'
+"""
+
+QUEUE_OVERVIEW = """
+-- Per queue: runnable, scheduled and dead jobs, each counted up to %(cap)s + 1 rows along
+-- an index (a count at the cap is estimated by the caller); running jobs, counted
+-- exactly in one pass (there are at most as many as the workers' slots); and the age of
+-- the oldest runnable job in seconds, by the database clock.
+WITH running AS (
+    SELECT j.queue, count(*) AS n
+    FROM pgjobs_job AS j
+    WHERE j.state = 'running' AND j.queue = ANY(%(queues)s::text[])
+    GROUP BY j.queue
+)
+SELECT q.name,
+       (SELECT count(*) FROM (SELECT 1 FROM pgjobs_job AS j
+                              WHERE j.state = 'pending' AND j.queue = q.name
+                                AND j.run_after <= now()
+                              LIMIT %(cap)s + 1) AS c),
+       (SELECT count(*) FROM (SELECT 1 FROM pgjobs_job AS j
+                              WHERE j.state = 'pending' AND j.queue = q.name
+                                AND j.run_after > now()
+                              LIMIT %(cap)s + 1) AS c),
+       coalesce((SELECT r.n FROM running AS r WHERE r.queue = q.name), 0),
+       (SELECT count(*) FROM (SELECT 1 FROM pgjobs_dead AS d WHERE d.queue = q.name
+                              LIMIT %(cap)s + 1) AS c),
+       (SELECT extract(epoch FROM now() - min(j.run_after))::float8 FROM pgjobs_job AS j
+        WHERE j.state = 'pending' AND j.queue = q.name AND j.run_after <= now())
+FROM unnest(%(queues)s::text[]) AS q(name)
+ORDER BY q.name
+"""
+
+ESTIMATE_RUNNABLE = """
+-- The planner's estimate of a queue's runnable jobs (for counts past the cap).
+EXPLAIN (FORMAT JSON)
+SELECT 1 FROM pgjobs_job
+WHERE state = 'pending' AND queue = %(queue)s AND run_after <= now()
+"""
+
+ESTIMATE_SCHEDULED = """
+-- The planner's estimate of a queue's scheduled jobs (for counts past the cap).
+EXPLAIN (FORMAT JSON)
+SELECT 1 FROM pgjobs_job
+WHERE state = 'pending' AND queue = %(queue)s AND run_after > now()
+"""

@@ -1,0 +1,38 @@
+"""Statements on a session rather than a table: the worker's tuning, the sweeper's
+advisory lock, the clock, lock waits, and the chaos run's connection faults."""
+
+from __future__ import annotations
+
+TUNE_WORKER_SESSION = """
+-- Plan each prepared statement once on this connection and never JIT-compile: the
+-- worker's own connection runs nothing but the queue's short, index-bound statements.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
+       set_config('jit', 'off', false)
+"""
+
+SWEEP_LOCK = """
+-- Take the sweeper's turn for this transaction, if no other replica has it.
+SELECT pg_try_advisory_xact_lock(%(lock_id)s)
+"""
+
+LIMIT_LOCK_WAIT = """
+-- Give up on any lock this transaction waits for longer than %(timeout)s (a duration
+-- such as '2s'), instead of waiting for as long as its holder lives.
+SELECT set_config('lock_timeout', %(timeout)s, true)
+"""
+
+DATABASE_CLOCK = """
+-- The database's clock at this instant, not at the start of the transaction (S22).
+SELECT clock_timestamp()
+"""
+
+TERMINATE_BACKENDS = """
+-- Drop up to %(limit)s connections of one application at once (manage.py chaosjobs).
+SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+FROM (
+    SELECT pid FROM pg_stat_activity
+    WHERE application_name = %(application_name)s AND pid <> pg_backend_pid()
+    ORDER BY random()
+    LIMIT %(limit)s
+) AS chosen
+"""

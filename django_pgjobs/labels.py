@@ -1,0 +1,48 @@
+"""How the surfaces that show the queue to a person (the admin, `jobsctl`) write its
+values: "≈ 1,000", "3 min", "3 of 5", "in 4 min"."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django_pgjobs.records import Count
+
+
+def count(value: Count | int) -> str:
+    """ "1,000", or "≈ 12,000" for the planner's estimate."""
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"≈ {value.value:,}" if value.estimated else f"{value.value:,}"
+
+
+def age(seconds: float | None) -> str:
+    """An age in the largest unit that keeps it readable: "12 s", "3 min", "1.5 h"."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def running_of_limit(running: Count | int, max_running: int | None) -> str:
+    """A queue's running jobs, and its limit if it has one: "3 of 5", or "3"."""
+    return f"{count(running)} of {max_running}" if max_running else count(running)
+
+
+def ago(delta: timedelta | None) -> str:
+    """'in 3 min' for a time ahead, '5 s ago' for one behind (delta = that time - now)."""
+    if delta is None:
+        return "-"
+    seconds = delta.total_seconds()
+    size = abs(seconds)
+    if size < 60:
+        text = f"{size:.0f} s"
+    elif size < 3600:
+        text = f"{size / 60:.0f} min"
+    elif size < 86400:
+        text = f"{size / 3600:.1f} h"
+    else:
+        text = f"{size / 86400:.1f} d"
+    return f"in {text}" if seconds > 0 else f"{text} ago"

@@ -1,0 +1,516 @@
+"""`Job.objects`: enqueue, claim, complete, and the operators' view of the live table.
+
+The worker, the admin, the commands and the django.tasks backend call these methods and
+hold no SQL. Each claim's handle carries this manager, so its writes come back here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import models, transaction
+
+from django_pgjobs import options, registry, signals
+from django_pgjobs.claims import Failure, JobHandle
+from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.db import connection as db
+from django_pgjobs.db import sql
+from django_pgjobs.managers import enqueue as enqueueing
+from django_pgjobs.managers.queues import forget_limits, limited_queues
+from django_pgjobs.options import UNSET
+from django_pgjobs.payloads import encode_result
+from django_pgjobs.records import (
+    COUNT_CAP,
+    Count,
+    EnqueueResult,
+    JobRecord,
+    QueueOverview,
+    RescueResult,
+)
+
+if TYPE_CHECKING:
+    from django_pgjobs.models import Job  # noqa: F401
+
+#: Advisory lock key of the sweeper: "pgjobs" as a number, so other locks rarely clash.
+SWEEP_LOCK_ID = int.from_bytes(b"pgjobsSW", "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+class JobManager(models.Manager["Job"]):
+    """Enqueue, claim and complete jobs."""
+
+    # Enqueue -----------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        kind: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        queue: str = UNSET,
+        key: str | None = None,
+        on_conflict: str = "replace",
+        priority: int = UNSET,
+        run_after: datetime | None = None,
+        delay: float | timedelta | None = None,
+        max_attempts: int = UNSET,
+        lease: float | timedelta = UNSET,
+        expires: float | timedelta | None = UNSET,
+        result_retention: float | timedelta | None = UNSET,
+        using: str | None = None,
+    ) -> EnqueueResult:
+        """Write one job in the caller's transaction (S1), merging by key (S3).
+
+        Options left out come from the kind's @job decorator, then the queue's settings,
+        then the app defaults (S2). Inside `transaction.atomic()` the job exists if and
+        only if that transaction commits; workers are woken at commit (S23).
+
+        Returns:
+            EnqueueResult(id, inserted): `inserted` is False when merged into a live job.
+
+        Raises:
+            InvalidJobOption: a subclass naming the bad argument; nothing is written.
+        """
+        return enqueueing.enqueue_one(
+            kind,
+            payload,
+            on_conflict,
+            using,
+            queue=queue,
+            key=key,
+            priority=priority,
+            run_after=run_after,
+            delay=delay,
+            max_attempts=max_attempts,
+            lease=lease,
+            expires=expires,
+            result_retention=result_retention,
+        )
+
+    def enqueue_many(
+        self,
+        jobs: Iterable[Mapping[str, Any]],
+        *,
+        on_conflict: str = "replace",
+        using: str | None = None,
+    ) -> list[EnqueueResult]:
+        """Write many jobs in one statement (S5), with the same rules as `enqueue`.
+
+        Each job is a mapping of `enqueue`'s arguments (`kind` required). Jobs sharing a
+        (kind, key) merge in order, as if enqueued one after another. Nothing is written
+        when any job is invalid. A batch of more than ENQUEUE_CHUNK jobs (or of more than
+        ENQUEUE_DOCUMENT_BYTES of rows) is sent as several statements in one pipeline,
+        inside one transaction (a savepoint in the caller's).
+
+        Returns:
+            One EnqueueResult per job, in the order given.
+        """
+        return enqueueing.enqueue_many(jobs, on_conflict, using)
+
+    # Claim -------------------------------------------------------------------------
+
+    def claim_batch(
+        self, queues: str | Sequence[str], n: int, worker_id: str, *, using: str | None = None
+    ) -> list[JobHandle]:
+        """Claim up to `n` jobs of `queues` in one statement (S6-S9).
+
+        Lapsed claims (crash recovery) come first, then pending jobs in priority DESC,
+        run_after, id order. Each claim consumes an attempt and gets a fresh token.
+        Concurrent claimers get disjoint jobs. `n <= 0` returns [] without a query.
+        """
+        n = options.validate_claim_size(n)
+        worker_id = options.validate_worker_id(worker_id)
+        names = options.validate_queue_names(queues)
+        if n <= 0:
+            return []
+        alias = db.alias(using)
+        limited = sorted(limited_queues(alias).intersection(names))
+        handles, lapsed_waiting = self._claim(names, limited, n, worker_id, alias)
+        if lapsed_waiting:
+            # Rare: a claim lapsed in these queues (its worker died). Put it back in line
+            # (or bury it), then fill what this claim has left.
+            self.rescue_lapsed(names, pgjobs_settings.SWEEP_BATCH, using=alias)
+            if len(handles) < n:
+                handles += self._claim(names, limited, n - len(handles), worker_id, alias)[0]
+        handles.sort(key=lambda handle: (-handle.priority, handle.run_after, handle.id))
+        return handles
+
+    def _claim(
+        self, queues: list[str], limited: list[str], n: int, worker_id: str, alias: str
+    ) -> tuple[list[JobHandle], bool]:
+        """Claim from the limited queues first (a statement of their own), then the rest.
+
+        The fast statement skips paused and limited queues by itself, whatever `limited`
+        (a cache) says, so a stale cache can delay a limited queue's claims a moment but
+        never exceed its limit.
+        """
+        handles: list[JobHandle] = []
+        lapsed_waiting = False
+        locked: set[str] = set()
+        if limited:
+            with transaction.atomic(using=alias):
+                rows = db.fetchall(sql.LOCK_LIMITED_QUEUES, {"queues": limited}, alias)
+                locked = {row[0] for row in rows}
+                if locked:
+                    params = {
+                        "queues": sorted(locked),
+                        "limit": n,
+                        "worker_id": worker_id,
+                        "synchronous_commit": None,
+                    }
+                    rows = db.fetchall(sql.CLAIM_LIMITED_JOBS, params, alias)
+                    handles += self._handles(rows, alias)
+                    lapsed_waiting = bool(rows and rows[0][0])
+            if locked != set(limited):  # a limit was lifted since the cache was read
+                forget_limits()
+        rest = [queue for queue in queues if queue not in locked]
+        if rest and len(handles) < n:
+            params = {"queues": rest, "worker_id": worker_id, **db.commit_mode(alias)}
+            rows = db.fetchall(sql.claim_jobs(n - len(handles)), params, alias)
+            handles += self._handles(rows, alias)
+            lapsed_waiting = lapsed_waiting or bool(rows and rows[0][0])
+        return handles, lapsed_waiting
+
+    def _handles(self, rows: Sequence[Any], alias: str) -> list[JobHandle]:
+        """The handles of a claim statement's rows (an empty claim returns one row of
+        NULLs), each writing back through this manager."""
+        return [
+            JobHandle(
+                id=row[1],
+                queue=row[2],
+                kind=row[3],
+                key=row[4],
+                priority=row[5],
+                run_after=row[6],
+                attempt=row[7],
+                max_attempts=row[8],
+                lease_s=row[9],
+                token=row[10],
+                claimed_at=row[11],
+                claimed_until=row[12],
+                worker_id=row[13],
+                expires_at=row[14],
+                created_at=row[15],
+                payload=db.json_value(row[16]),
+                using=alias,
+                manager=self,
+            )
+            for row in rows
+            if row[1] is not None
+        ]
+
+    def rescue_lapsed(
+        self, queues: Sequence[str] | None, limit: int, *, using: str | None = None
+    ) -> RescueResult:
+        """Take back up to `limit` lapsed claims of `queues` (None: every queue) (S9).
+
+        Each becomes pending again (its attempt counted, the next claim consumes another),
+        dead as "max attempts exceeded" when no attempt is left, or replaced by its key's
+        pending trigger (S3).
+        """
+        params = {
+            "queues": None if queues is None else list(queues),
+            "limit": limit,
+            "errors_kept": pgjobs_settings.ERRORS_KEPT,
+            **db.wake_params(),
+        }
+        ((requeued, dead, promoted, _woken),) = db.fetchall(sql.RESCUE_LAPSED_JOBS, params, using)
+        return RescueResult(requeued=int(requeued), dead=int(dead), promoted=int(promoted))
+
+    def claim_one(
+        self, queues: str | Sequence[str], worker_id: str, *, using: str | None = None
+    ) -> JobHandle | None:
+        """Claim the next job of `queues`, or return None when none is runnable."""
+        handles = self.claim_batch(queues, 1, worker_id, using=using)
+        return handles[0] if handles else None
+
+    def next_due_in(self, queues: str | Sequence[str], *, using: str | None = None) -> float | None:
+        """Return seconds until a job of `queues` next becomes claimable: the next scheduled
+        job, or the next running job whose lease lapses. None when there is neither."""
+        names = options.validate_queue_names(queues)
+        ((seconds,),) = db.fetchall(sql.NEXT_DUE_IN, {"queues": names}, using)
+        return None if seconds is None else max(float(seconds), 0.0)
+
+    def tune_worker_connection(self, *, using: str | None = None) -> None:
+        """Make this thread's connection a worker's (see db.connection)."""
+        db.tune_worker_connection(using)
+
+    # Completion (the handle's writes, one statement for any number of claims) ------------
+
+    def ack_batch(self, handles: Sequence[JobHandle], results: Sequence[Any] | None = None) -> int:
+        """Ack every handle whose claim is current (S12, S17); return how many were acked."""
+        if not handles:
+            return 0
+        if results is None:
+            results = [None] * len(handles)
+        if len(results) != len(handles):
+            raise ValueError("ack_batch needs one result per handle.")
+        alias = _batch_alias(handles)
+        encoded = [encode_result(result) for result in results]
+        params = {
+            **db.array_of_claims(handles),
+            "results": encoded if any(encoded) else db.array_of_nulls(len(encoded)),
+            **db.wake_params(),
+            **db.commit_mode(alias),
+        }
+        ((acked, _woken, _),) = db.fetchall(sql.ACK_JOBS, params, alias)
+        _mark_finished(handles, [(signals.SUCCEEDED, None)] * len(handles))
+        return int(acked)
+
+    def retry_batch(
+        self,
+        retries: Sequence[tuple[JobHandle, Failure, float | timedelta | None]],
+    ) -> int:
+        """Record failed attempts (S13): each (handle, failure, delay or None for backoff).
+
+        A delay in the past means now (S27). Returns how many claims were current
+        (retried, promoted or dead-lettered).
+
+        Raises:
+            InvalidSchedule: a delay that is no duration (NaN, over a century, a string).
+        """
+        if not retries:
+            return 0
+        handles = [handle for handle, _, _ in retries]
+        alias = _batch_alias(handles)
+        delays = [_retry_delay(handle, delay) for handle, _, delay in retries]
+        params = {
+            **db.array_of_claims(handles),
+            **_failure_params([failure for _, failure, _ in retries]),
+            "delays_s": delays,
+            **db.wake_params(),
+            **db.commit_mode(alias),
+        }
+        ((retried, promoted, dead, _woken, _),) = db.fetchall(sql.RETRY_JOBS, params, alias)
+        _mark_finished(
+            handles,
+            [
+                (signals.DEAD, signals.MAX_ATTEMPTS_EXCEEDED)
+                if handle.is_last_attempt
+                else (signals.RETRIED, None)
+                for handle in handles
+            ],
+        )
+        return int(retried) + int(promoted) + int(dead)
+
+    def fail_batch(self, failures: Sequence[tuple[JobHandle, Failure]]) -> int:
+        """Dead-letter claimed jobs at once (S15): each (handle, failure); the failure's
+        error is the reason, verbatim. Returns how many claims were current."""
+        if not failures:
+            return 0
+        handles = [handle for handle, _ in failures]
+        alias = _batch_alias(handles)
+        params = {
+            **db.array_of_claims(handles),
+            **_failure_params([failure for _, failure in failures]),
+            **db.wake_params(),
+            **db.commit_mode(alias),
+        }
+        ((dead, promoted, _woken, _),) = db.fetchall(sql.FAIL_JOBS, params, alias)
+        _mark_finished(handles, [(signals.DEAD, failure.error) for _, failure in failures])
+        return int(dead) + int(promoted)
+
+    def heartbeat_batch(
+        self, handles: Sequence[JobHandle], extend: float | timedelta | None = None
+    ) -> int:
+        """Extend current claims to now() + `extend` (default: each job's lease) (S11).
+
+        An absolute reset, not additive; lapsed or superseded claims are refused. Returns
+        how many were extended; each extended handle's `claimed_until` is updated.
+        """
+        return len(self._heartbeat(sql.HEARTBEAT_JOBS, handles, extend))
+
+    def heartbeat_unlocked(
+        self, handles: Sequence[JobHandle], extend: float | timedelta | None = None
+    ) -> list[JobHandle]:
+        """Heartbeat as `heartbeat_batch` does, skipping rows a transaction holds locked
+        (a fence or a transaction-mode job: the lock already keeps claimers away).
+        Returns the handles extended."""
+        extended = self._heartbeat(sql.HEARTBEAT_UNLOCKED_JOBS, handles, extend)
+        return [handle for handle in handles if handle.id in extended]
+
+    def _heartbeat(
+        self, statement: str, handles: Sequence[JobHandle], extend: float | timedelta | None
+    ) -> set[int]:
+        """Run a heartbeat statement; update the handles extended and return their ids."""
+        if not handles:
+            return set()
+        alias = _batch_alias(handles)
+        extension = None if extend is None else options.validate_extend(extend)
+        params = {
+            **db.array_of_claims(handles),
+            "extends_s": [
+                float(handle.lease_s) if extension is None else extension for handle in handles
+            ],
+            **db.commit_mode(alias),
+        }
+        by_id = {handle.id: handle for handle in handles}
+        rows = db.fetchall(statement, params, alias)
+        for job_id, claimed_until, _ in rows:
+            by_id[job_id].claimed_until = claimed_until
+        return {row[0] for row in rows}
+
+    def release_batch(self, handles: Sequence[JobHandle]) -> int:
+        """Hand claims back (S25): pending again, the attempt refunded. Returns how many."""
+        if not handles:
+            return 0
+        alias = _batch_alias(handles)
+        params = {
+            **db.array_of_claims(handles),
+            **db.wake_params(),
+            **db.commit_mode(alias),
+        }
+        ((released, _woken, _),) = db.fetchall(sql.RELEASE_JOBS, params, alias)
+        _mark_finished(handles)
+        return int(released)
+
+    def lock_claim(self, handle: JobHandle) -> bool:
+        """Lock the job row for the current transaction if `handle`'s claim is current."""
+        params = {"id": handle.id, "token": handle.token}
+        return bool(db.fetchall(sql.LOCK_CURRENT_CLAIM, params, handle.using))
+
+    # Operators -----------------------------------------------------------------------
+
+    def cancel(self, job_id: int, *, using: str | None = None) -> bool:
+        """Delete a pending or running job (S18). Returns False when there is no such job.
+
+        A running handler's later writes are refused, since its claim is gone.
+        """
+        return bool(db.fetchall(sql.CANCEL_JOB, {"id": job_id}, using))
+
+    def get_job(self, job_id: int, *, using: str | None = None) -> JobRecord | None:
+        """Read a job from the live or the dead table (S19), or return None."""
+        from django_pgjobs.models import DeadJob
+
+        alias = db.alias(using)
+        live = self.using(alias).filter(pk=job_id).values().first()
+        if live is not None:
+            return JobRecord.of(dict(live))
+        dead = DeadJob.objects.using(alias).filter(pk=job_id).values().first()
+        if dead is not None:
+            return JobRecord.of({**dead, "state": "dead"})
+        return None
+
+    def run_now(self, job_ids: Sequence[int], *, using: str | None = None) -> int:
+        """Make pending jobs runnable now; return how many were pending."""
+        params = {"ids": db.array_of_ids(job_ids), **db.wake_params()}
+        ((moved, _woken),) = db.fetchall(sql.RUN_JOBS_NOW, params, using)
+        return int(moved)
+
+    def cancel_many(
+        self, job_ids: Sequence[int], *, reason: str = "cancelled", using: str | None = None
+    ) -> int:
+        """Move pending or running jobs to the dead table with `reason` (requeueable).
+
+        Unlike `cancel` (S18, which deletes), the job stays on record. Returns how many
+        were moved; finished jobs are skipped.
+        """
+        params = {"ids": db.array_of_ids(job_ids), "reason": reason}
+        ((moved,),) = db.fetchall(sql.CANCEL_JOBS, params, using)
+        return int(moved)
+
+    # Overview (the admin, jobsctl, the metrics' gauges) ---------------------------------
+
+    def queue_names(self, *, dead: bool = False, using: str | None = None) -> list[str]:
+        """Queues with jobs (or, with `dead`, with dead letters), and the configured ones."""
+        statement = sql.DEAD_QUEUE_NAMES if dead else sql.LIVE_QUEUE_NAMES
+        found = {row[0] for row in db.fetchall(statement, {}, using)}
+        if not dead:
+            found.update(pgjobs_settings.QUEUES)
+        return sorted(found)
+
+    def overview(self, *, using: str | None = None) -> list[QueueOverview]:
+        """Every queue's runnable, scheduled, running and dead jobs and its oldest runnable
+        job's age, read along the partial indexes; counts past COUNT_CAP are estimates."""
+        queues = sorted(
+            set(self.queue_names(using=using)) | set(self.queue_names(dead=True, using=using))
+        )
+        if not queues:
+            return []
+        rows = db.fetchall(sql.QUEUE_OVERVIEW, {"queues": queues, "cap": COUNT_CAP}, using)
+        estimates = (sql.ESTIMATE_RUNNABLE, sql.ESTIMATE_SCHEDULED, sql.ESTIMATE_DEAD)
+        overview = []
+        for queue, runnable_n, scheduled_n, running_n, dead_n, oldest in rows:
+            runnable, scheduled, dead = (
+                Count(int(value))
+                if value <= COUNT_CAP
+                else Count(db.estimate(statement, {"queue": queue}, using), estimated=True)
+                for value, statement in zip(
+                    (runnable_n, scheduled_n, dead_n), estimates, strict=True
+                )
+            )
+            running = Count(int(running_n))  # exact: as many as the workers' slots at most
+            overview.append(
+                QueueOverview(queue, runnable, scheduled, running, dead, oldest_runnable_s=oldest)
+            )
+        return overview
+
+    def capped_count(self, queryset: models.QuerySet[Any]) -> int:
+        """Count a queryset's rows up to COUNT_CAP; past it, return the planner's estimate."""
+        exact = queryset.order_by()[: COUNT_CAP + 1].count()
+        if exact <= COUNT_CAP:
+            return exact
+        plan = json.loads(queryset.order_by().explain(format="json"))
+        return max(int(plan[0]["Plan"]["Plan Rows"]), exact)
+
+    # Maintenance (used by the sweeper) -------------------------------------------------
+
+    def sweep_expired(self, limit: int, *, using: str | None = None) -> tuple[int, int]:
+        """Dead-letter up to `limit` live jobs past `expires_at` (S24).
+
+        Returns (dead-lettered, triggers promoted).
+        """
+        params = {"limit": limit, "errors_kept": pgjobs_settings.ERRORS_KEPT, **db.wake_params()}
+        ((dead, promoted),) = db.fetchall(sql.SWEEP_EXPIRED, params, using)
+        return int(dead), int(promoted)
+
+    def prune_done(self, limit: int, *, using: str | None = None) -> int:
+        """Delete up to `limit` done jobs whose result retention has ended (S24)."""
+        return db.rowcount(sql.PRUNE_DONE, {"limit": limit}, using)
+
+    def try_sweep_lock(self, *, using: str | None = None) -> bool:
+        """Take the sweeper's turn for the current transaction (False: another has it)."""
+        ((taken,),) = db.fetchall(sql.SWEEP_LOCK, {"lock_id": SWEEP_LOCK_ID}, using)
+        return bool(taken)
+
+
+def _retry_delay(handle: JobHandle, delay: float | timedelta | None) -> float:
+    """The delay before a retry, in seconds: `delay` (a past one meaning now), or the
+    kind's backoff when None. Raises InvalidSchedule for a delay that is no duration."""
+    seconds = options.validate_retry_delay(delay)
+    if seconds is None:
+        return float(registry.backoff_for(handle.kind, handle.queue).delay(handle.attempt))
+    return seconds
+
+
+def _failure_params(failures: Sequence[Failure]) -> dict[str, Any]:
+    """The failures of a retry or fail statement, each already storable (S27)."""
+    return {
+        "errors": [failure.error for failure in failures],
+        "tracebacks": [failure.traceback for failure in failures],
+        "exceptions": [failure.exception for failure in failures],
+        "errors_kept": pgjobs_settings.ERRORS_KEPT,
+    }
+
+
+def _batch_alias(handles: Sequence[JobHandle]) -> str:
+    aliases = {handle.using for handle in handles}
+    if len(aliases) != 1:
+        raise ValueError(f"A batch must hold claims of one database, not {sorted(aliases)}.")
+    return aliases.pop()
+
+
+def _mark_finished(
+    handles: Sequence[JobHandle], ended: Sequence[tuple[str, str | None]] | None = None
+) -> None:
+    """Mark the handles finished once the current transaction commits (now, if none),
+    with how each ended (signals.SUCCEEDED ... and a dead letter's reason), if given."""
+
+    def mark() -> None:
+        for index, handle in enumerate(handles):
+            handle.finished = True
+            if ended is not None:
+                handle.ended, handle.dead_reason = ended[index]
+
+    transaction.on_commit(mark, using=_batch_alias(handles))

@@ -1,0 +1,138 @@
+"""`QueueControl.objects`: pause, resume and limit queues; every replica's claims obey."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+from django.db import models
+
+from django_pgjobs import options
+from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.db import connection as db
+from django_pgjobs.db import sql
+from django_pgjobs.exceptions import InvalidJobOption
+from django_pgjobs.records import Count, QueueOverview, QueueStatus
+
+if TYPE_CHECKING:
+    from django_pgjobs.models import QueueControl  # noqa: F401
+
+#: Seconds a process trusts its list of limited queues (see JobManager._claim).
+LIMITS_CACHE_S = 1.0
+_limits_cache: dict[str, tuple[float, frozenset[str]]] = {}
+
+
+def limited_queues(alias: str) -> frozenset[str]:
+    """The queues with a limit on their running jobs, as read at most LIMITS_CACHE_S ago."""
+    cached = _limits_cache.get(alias)
+    now = time.monotonic()
+    if cached is not None and cached[0] > now:
+        return cached[1]
+    names = frozenset(row[0] for row in db.fetchall(sql.LIMITED_QUEUES, {}, alias))
+    _limits_cache[alias] = (now + LIMITS_CACHE_S, names)
+    return names
+
+
+def forget_limits() -> None:
+    """Make the next claim read the limited queues afresh (after a change)."""
+    _limits_cache.clear()
+
+
+class QueueControlManager(models.Manager["QueueControl"]):
+    """Pause, resume and limit queues; every replica's claims obey at once."""
+
+    def pause(self, queues: str | Sequence[str], *, using: str | None = None) -> list[str]:
+        """Pause `queues` (rows are made for queues without one); return their names."""
+        names = options.validate_queue_names(queues)
+        return sorted(row[0] for row in db.fetchall(sql.PAUSE_QUEUES, {"queues": names}, using))
+
+    def resume(self, queues: str | Sequence[str], *, using: str | None = None) -> list[str]:
+        """Resume the paused ones of `queues` and wake their workers; return those resumed."""
+        names = options.validate_queue_names(queues)
+        params = {"queues": names, **db.wake_params()}
+        return sorted(row[0] for row in db.fetchall(sql.RESUME_QUEUES, params, using))
+
+    def set_limit(self, queue: str, max_running: int | None, *, using: str | None = None) -> bool:
+        """Allow at most `max_running` running jobs of `queue` across every worker (None:
+        no limit). Returns False when the limit was already so.
+
+        Raises:
+            InvalidJobOption: a bad queue name or limit.
+            ValueError: the queue's limit is set in settings (change it there).
+        """
+        name = options.validate_queue_name(queue)
+        limit = _validated_limit(max_running)
+        configured = pgjobs_settings.queue_limits()
+        if name in configured:
+            raise ValueError(
+                f"Queue {name!r} has its limit in settings "
+                f"(PGJOBS['QUEUES'][{name!r}]['MAX_RUNNING'] = {configured[name]}): "
+                "change it there."
+            )
+        changed = self._write_limit(name, limit, from_settings=False, using=using)
+        forget_limits()
+        return changed
+
+    def sync_settings(self, *, using: str | None = None) -> None:
+        """Apply the limits of PGJOBS['QUEUES'] (as every worker does when it starts)."""
+        configured = pgjobs_settings.queue_limits()
+        with db.atomic(using):
+            for name, limit in sorted(configured.items()):
+                self._write_limit(name, limit, from_settings=True, using=using)
+            db.fetchall(sql.LIFT_SETTINGS_LIMITS, {"queues": sorted(configured)}, using)
+        forget_limits()
+
+    def _write_limit(
+        self, name: str, limit: int | None, *, from_settings: bool, using: str | None
+    ) -> bool:
+        params = {
+            "queue": name,
+            "max_running": limit,
+            "from_settings": from_settings,
+            **db.wake_params(),
+        }
+        return bool(db.fetchall(sql.SET_QUEUE_LIMIT, params, using))
+
+    def status(self, *, using: str | None = None) -> list[QueueStatus]:
+        """Every queue with jobs, dead letters, a control or a setting, at a glance."""
+        from django_pgjobs.models import Job
+
+        alias = db.alias(using)
+        controls = {row.name: row for row in self.using(alias).all()}
+        overview = {row.queue: row for row in Job.objects.overview(using=alias)}
+        empty = QueueOverview("", Count(0), Count(0), Count(0), Count(0), None)
+        statuses = []
+        for name in sorted(set(overview) | set(controls)):
+            seen = overview.get(name, empty)
+            control = controls.get(name)
+            counts = {field.name: getattr(seen, field.name) for field in fields(QueueOverview)}
+            counts["queue"] = name
+            statuses.append(
+                QueueStatus(
+                    **counts,
+                    paused=bool(control and control.paused),
+                    max_running=control.max_running if control else None,
+                )
+            )
+        return statuses
+
+    def ensure(self, queues: Iterable[str], *, using: str | None = None) -> None:
+        """Give every queue of `queues` a row (no pause, no limit) if it has none."""
+        names = options.validate_queue_names(list(queues)) if queues else []
+        self.using(db.alias(using)).bulk_create(
+            [self.model(name=name) for name in names], ignore_conflicts=True
+        )
+
+
+def _validated_limit(max_running: Any) -> int | None:
+    if max_running is None:
+        return None
+    if not isinstance(max_running, int) or isinstance(max_running, bool) or max_running < 1:
+        raise InvalidJobOption(
+            f"A queue's max_running must be a whole number >= 1 or None, not {max_running!r}."
+        )
+    if max_running > 2**31 - 1:
+        raise InvalidJobOption(f"max_running {max_running} is too large.")
+    return max_running

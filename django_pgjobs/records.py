@@ -1,0 +1,162 @@
+"""Plain values the managers return: what an enqueue, a claim rescue or a requeue did,
+a job as stored, and the queues at a glance.
+
+How one reads to a person ("≈ 1,000", "3 min", "3 of 5") is the business of the surface
+that shows it (`labels`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any, NamedTuple
+
+#: Counts stop at this many rows; past it they are the planner's estimate.
+COUNT_CAP = 1_000
+
+
+class _EnqueueRow(NamedTuple):
+    id: int
+    inserted: bool
+
+
+class EnqueueResult(_EnqueueRow):
+    """What an enqueue did: the job's id, and whether a row was inserted (else merged, S3).
+
+    Unpacks and compares as `(id, inserted)`. `created_at` is when the job was created, by
+    the database's clock (the live job's, when merged); None after enqueue_many.
+    """
+
+    created_at: datetime | None = None
+
+    @property
+    def merged(self) -> bool:
+        return not self.inserted
+
+
+class RescueResult(NamedTuple):
+    """What a rescue of lapsed claims did: back to pending, dead, triggers promoted."""
+
+    requeued: int
+    dead: int
+    promoted: int
+
+    @property
+    def total(self) -> int:
+        return self.requeued + self.dead + self.promoted
+
+
+class RequeueResult(NamedTuple):
+    """What a requeue did: letters back in the live table, and letters merged into the
+    live job of their key."""
+
+    requeued: int
+    merged: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as stored, from either table (S19). `state` is "dead" for a dead letter."""
+
+    id: int
+    state: str
+    queue: str
+    kind: str
+    key: str | None
+    priority: int
+    run_after: datetime
+    attempts: int
+    max_attempts: int
+    lease_s: int
+    claimed_by: Any
+    claimed_until: datetime | None
+    claimed_at: datetime | None
+    started_at: datetime | None
+    worker_id: str | None
+    expires_at: datetime | None
+    payload: dict[str, Any]
+    result: Any
+    last_error: str | None
+    errors: list[dict[str, Any]]
+    rerun_after: datetime | None
+    rerun_payload: dict[str, Any] | None
+    rerun_expires_at: datetime | None
+    result_ttl_s: int | None
+    created_at: datetime
+    finished_at: datetime | None
+    purge_at: datetime | None = None
+    reason: str | None = None
+    died_at: datetime | None = None
+
+    @property
+    def is_dead(self) -> bool:
+        return self.state == "dead"
+
+    @classmethod
+    def of(cls, values: dict[str, Any]) -> JobRecord:
+        """The record of a row's values (columns it does not know are left out)."""
+        return cls(**{name: values[name] for name in _RECORD_FIELDS if name in values})
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(JobRecord))
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """A number of rows: exact, or the planner's estimate past COUNT_CAP."""
+
+    value: int
+    estimated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOverview:
+    """One queue at a glance."""
+
+    queue: str
+    runnable: Count
+    scheduled: Count
+    running: Count
+    dead: Count
+    oldest_runnable_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus(QueueOverview):
+    """One queue at a glance: its jobs, and its controls."""
+
+    paused: bool = False
+    max_running: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputPoint:
+    """Jobs finished and failed attempts in one minute."""
+
+    minute: datetime
+    succeeded: int
+    failed: int
+
+
+class DueSchedule(NamedTuple):
+    """A schedule whose next tick has come, as read with the database's now()."""
+
+    name: str
+    kind: str
+    cron: str
+    timezone: str
+    payload: dict[str, Any]
+    options: dict[str, Any]
+    on_missed: str
+    backfill_limit: int
+    next_run_at: datetime
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    """What a sync of the declared schedules changed."""
+
+    added: int
+    changed: int
+    retired: int

@@ -1,0 +1,1 @@
+"""What tests and development need: a PostgreSQL of their own (`localdb`)."""

@@ -1,0 +1,13 @@
+"""The worker (`manage.py runjobs`): one loop, a pool of handler threads, and the pieces
+they share. `loop` (claim, hand out, wait) over `pacing` (when and how many),
+`pool` (the threads, each with an `executor`), `completer` (outcomes recorded in
+batches), `leases` (heartbeats, hand-back), `faults` (what is an outage), `wakeup`
+(LISTEN and the pipe), `services` (sweeper and scheduler), `stats`.
+"""
+
+from __future__ import annotations
+
+from django_pgjobs.worker.loop import Worker, WorkerOptions, default_queues, default_worker_id
+from django_pgjobs.worker.stats import WorkerStats
+
+__all__ = ["Worker", "WorkerOptions", "WorkerStats", "default_queues", "default_worker_id"]

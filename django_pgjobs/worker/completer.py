@@ -1,0 +1,163 @@
+"""The completer: outcomes buffered as handlers finish, recorded many at a time.
+
+Each flush writes one statement per verdict (acks, retries, failures: S17). An outage
+keeps the outcomes buffered, to be tried again once the database is back (a claim that
+lapsed meanwhile is refused, S10, and its job runs again). A statement the database
+refuses for its data is tried job by job, and a job whose outcome cannot be stored is
+dead-lettered alone (S27).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django_pgjobs.claims import DEAD, LOST, RETRIED, Failure, JobHandle, Outcome, Verdict
+from django_pgjobs.managers import JobManager
+from django_pgjobs.worker.faults import Faults, describe, is_outage
+from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
+
+logger = logging.getLogger("django_pgjobs.worker")
+
+
+class Completer:
+    """Buffers the outcomes of finished runs and records them (S12-S17, S27)."""
+
+    def __init__(
+        self, jobs: JobManager, stats: WorkerStats, faults: Faults, counts: MinuteCounts
+    ) -> None:
+        self.jobs = jobs
+        self.stats = stats
+        self.faults = faults
+        self.counts = counts
+        self._acks: list[tuple[JobHandle, Any]] = []
+        self._retries: list[tuple[JobHandle, Failure, float | None]] = []
+        self._fails: list[tuple[JobHandle, Failure]] = []
+
+    @property
+    def unflushed(self) -> bool:
+        return bool(self._acks or self._retries or self._fails)
+
+    def take(self, outcome: Outcome) -> None:
+        """Buffer what is left to record of `outcome` (counting what needs nothing)."""
+        self.counts.count(outcome)
+        verdict = outcome.verdict
+        if verdict is Verdict.ACK:
+            self._acks.append((outcome.handle, outcome.result))
+        elif verdict is Verdict.RETRY and outcome.failure is not None:
+            self._retries.append((outcome.handle, outcome.failure, outcome.delay))
+        elif verdict is Verdict.FAIL and outcome.failure is not None:
+            self._fails.append((outcome.handle, outcome.failure))
+        else:
+            self._count_recorded(outcome)
+
+    def flush(self) -> bool:
+        """Record every buffered outcome; False when an outage left some buffered."""
+        if not self.unflushed:
+            return True
+        batches: tuple[tuple[list[Any], Callable[[list[Any]], None]], ...] = (
+            (self._acks, self._record_acks),
+            (self._retries, self._record_retries),
+            (self._fails, self._record_fails),
+        )
+        for buffer, record in batches:
+            if buffer and not self._record(buffer, record):
+                return False
+        self.faults.recovered()
+        self.stats.last_recorded_at = time.time()
+        return True
+
+    def _record(self, buffer: list[Any], record: Callable[[list[Any]], None]) -> bool:
+        """Record the outcomes of `buffer` (each a tuple starting with its handle) and
+        empty it; return False when an outage stopped it, leaving the rest buffered."""
+        try:
+            record(buffer)
+        except Exception as error:
+            if is_outage(error):
+                self.faults.failed("record outcomes", error)
+                return False
+            logger.warning(
+                "the database refused a batch of %s outcomes (%s); recording them one by one",
+                len(buffer),
+                describe(error),
+            )
+        else:
+            buffer.clear()
+            return True
+        while buffer:
+            try:
+                record(buffer[:1])
+            except Exception as refused:
+                if is_outage(refused):
+                    self.faults.failed("record outcomes", refused)
+                    return False
+                if not self._bury_unstorable(buffer[0][0], refused):
+                    return False
+            del buffer[0]
+        return True
+
+    def _record_acks(self, acks: list[tuple[JobHandle, Any]]) -> None:
+        handles = [handle for handle, _ in acks]
+        acked = self.jobs.ack_batch(handles, [result for _, result in acks])
+        self.stats.succeeded += acked
+        self.stats.lost += len(handles) - acked
+
+    def _record_retries(self, retries: list[tuple[JobHandle, Failure, float | None]]) -> None:
+        recorded = self.jobs.retry_batch(retries)
+        spent = sum(1 for handle, _, _ in retries if handle.is_last_attempt)
+        self.stats.dead += spent
+        self.stats.retried += recorded - spent
+        self.stats.lost += len(retries) - recorded
+
+    def _record_fails(self, fails: list[tuple[JobHandle, Failure]]) -> None:
+        recorded = self.jobs.fail_batch(fails)
+        self.stats.dead += recorded
+        self.stats.lost += len(fails) - recorded
+
+    def _bury_unstorable(self, handle: JobHandle, refused: Exception) -> bool:
+        """Dead-letter a job whose outcome the database refused to store (S27); return
+        False when an outage stopped that too (the outcome stays buffered)."""
+        reason = f"the outcome could not be stored: {describe(refused)}"
+        try:
+            buried = self.jobs.fail_batch([(handle, Failure.from_exception(refused, reason))])
+        except Exception as error:
+            if is_outage(error):
+                self.faults.failed("record outcomes", error)
+                return False
+            logger.error(
+                "job id=%s kind=%s: %s, and the job could not be dead-lettered either (%s); "
+                "it runs again once its claim lapses",
+                handle.id,
+                handle.kind,
+                reason,
+                describe(error),
+            )
+            self.stats.lost += 1
+            return True
+        logger.error(
+            "job dead id=%s kind=%s attempt=%s/%s reason=%r",
+            handle.id,
+            handle.kind,
+            handle.attempt,
+            handle.max_attempts,
+            reason,
+        )
+        self.stats.dead += buried
+        self.stats.lost += 1 - buried
+        return True
+
+    def _count_recorded(self, outcome: Outcome) -> None:
+        """Count an outcome nothing is left to record of: lost, or completed by the
+        handler itself (a fence, transaction mode)."""
+        self.stats.last_recorded_at = time.time()
+        ended = outcome.ending
+        if ended == LOST:
+            self.stats.lost += 1
+        elif ended == DEAD:
+            self.stats.dead += 1
+        elif ended == RETRIED:
+            self.stats.retried += 1
+        else:
+            self.stats.succeeded += 1

@@ -1,0 +1,437 @@
+"""The worker: a claim loop feeding a pool of handler threads (DESIGN S20-S26).
+
+One thread (the caller's) runs the loop: claim up to the free slots in one statement,
+hand the jobs to the pool, record the outcomes of many jobs in one statement, heartbeat
+the leases of running jobs, and sleep on the LISTEN socket until a job arrives, a handler
+finishes, the next scheduled job is due, or the poll interval ends. Each of those is a
+piece of its own (pacing, pool, completer, leases, wakeup); the loop holds no SQL.
+
+Nothing a crash could lose is kept in memory (S26): a claim that is never recorded comes
+back when its lease lapses.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from types import FrameType
+from typing import Any
+
+from django_pgjobs import options, registry
+from django_pgjobs.claims import JobHandle, Verdict
+from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.db import connection as db
+from django_pgjobs.models import Job, QueueControl
+from django_pgjobs.worker.completer import Completer
+from django_pgjobs.worker.faults import Faults, describe
+from django_pgjobs.worker.leases import Leases
+from django_pgjobs.worker.pacing import Pacing
+from django_pgjobs.worker.pool import HandlerPool
+from django_pgjobs.worker.services import BackgroundService, SchedulerService, SweeperService
+from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
+from django_pgjobs.worker.wakeup import Wakeup
+
+logger = logging.getLogger("django_pgjobs.worker")
+
+
+def default_worker_id() -> str:
+    """host:pid:random, unique per process and readable in the admin."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def default_queues() -> list[str]:
+    """Every queue this process knows of: the default one, the configured ones, and the
+    queues the registered jobs name."""
+    names = [pgjobs_settings.DEFAULT_QUEUE, *pgjobs_settings.QUEUES]
+    for kind in registry.registered_kinds():
+        definition = registry.get_definition(kind)
+        if definition is not None and "queue" in definition.defaults:
+            names.append(definition.defaults["queue"])
+    return list(dict.fromkeys(names))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """What a worker does, resolved from its arguments and the settings."""
+
+    queues: list[str]
+    concurrency: int
+    prefetch: int
+    worker_id: str
+    burst: bool
+    max_jobs: int | None
+    poll_interval: float
+    shutdown_grace: float
+    sweep_interval: float
+    schedules: bool
+    listen: bool
+    status_interval: float
+    using: str
+
+
+class _Stopping:
+    """A stop asked for (S25): no more claims, a grace period, a second signal's exit."""
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self.requested = threading.Event()
+        self.deadline: float | None = None
+        self.signals = 0
+        self.waiting_released = False
+
+
+class _StatusReport:
+    """The caller's status callback, every `interval` seconds."""
+
+    def __init__(self, callback: Callable[[WorkerStats], None] | None, interval: float) -> None:
+        self.callback = callback
+        self.interval = interval
+        self.last = 0.0
+
+    def __call__(self, stats: WorkerStats, now: float) -> None:
+        if self.callback is None or now - self.last < self.interval:
+            return
+        self.last = now
+        try:
+            self.callback(stats)
+        except Exception:
+            logger.exception("the status callback raised; it is switched off")
+            self.callback = None
+
+
+class Worker:
+    """Claims jobs of `queues` and runs them on `concurrency` handler threads.
+
+    Args:
+        queues: the queues to claim from (default: every queue this process knows).
+        concurrency: handler threads.
+        prefetch: the most jobs claimed ahead of free threads while jobs are short
+            (default: the PREFETCH setting; 0: none).
+        worker_id: stamped on every claim (default: host:pid:random).
+        burst: drain the jobs that are runnable now, then return.
+        max_jobs: stop after claiming this many jobs (and finishing them).
+        poll_interval: seconds between polls when no notification arrives.
+        shutdown_grace: seconds in-flight jobs get to finish after a stop request.
+        sweep_interval: seconds between sweeps (0: never sweep from this worker).
+        schedules: run the periodic schedules (default: PGJOBS["SCHEDULER"], never in
+            burst mode).
+        listen: LISTEN for wake-ups (default: the NOTIFY setting).
+        on_status: called with the stats about every `status_interval` seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int | None = None,
+        prefetch: int | None = None,
+        worker_id: str | None = None,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        poll_interval: float | None = None,
+        shutdown_grace: float | None = None,
+        sweep_interval: float | None = None,
+        schedules: bool | None = None,
+        listen: bool | None = None,
+        on_status: Callable[[WorkerStats], None] | None = None,
+        status_interval: float = 1.0,
+        using: str | None = None,
+    ) -> None:
+        concurrency = concurrency or pgjobs_settings.CONCURRENCY
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1.")
+        prefetch = pgjobs_settings.PREFETCH if prefetch is None else prefetch
+        if prefetch < 0:
+            raise ValueError("prefetch must not be negative.")
+        self.options = WorkerOptions(
+            queues=options.validate_queue_names(queues or default_queues()),
+            concurrency=concurrency,
+            prefetch=prefetch,
+            worker_id=options.validate_worker_id(worker_id or default_worker_id()),
+            burst=burst,
+            max_jobs=max_jobs,
+            poll_interval=_seconds(poll_interval, pgjobs_settings.POLL_INTERVAL),
+            shutdown_grace=_seconds(shutdown_grace, pgjobs_settings.SHUTDOWN_GRACE),
+            sweep_interval=_seconds(sweep_interval, pgjobs_settings.SWEEP_INTERVAL),
+            schedules=(pgjobs_settings.SCHEDULER and not burst) if schedules is None else schedules,
+            listen=pgjobs_settings.NOTIFY if listen is None else listen,
+            status_interval=status_interval,
+            using=using or pgjobs_settings.DATABASE,
+        )
+        using = self.options.using
+        self.stats = WorkerStats()
+        self.jobs = Job.objects
+        self.pacing = Pacing(
+            concurrency=concurrency, prefetch=prefetch, poll_interval=self.options.poll_interval
+        )
+        self.faults = Faults(using, on_failure=self.pacing.look_again)
+        self.completer = Completer(self.jobs, self.stats, self.faults, MinuteCounts(using))
+        self.leases = Leases(self.jobs, self.faults)
+        self.wakeup = Wakeup(
+            using=using, listen=self.options.listen, poll_interval=self.options.poll_interval
+        )
+        self.pool = HandlerPool(concurrency, self.wakeup.wake)
+        self.services = self._services()
+        self.stopping = _Stopping(self.options.shutdown_grace)
+        self.report = _StatusReport(on_status, status_interval)
+
+    @property
+    def worker_id(self) -> str:
+        return self.options.worker_id
+
+    @property
+    def listen(self) -> bool:
+        """Whether this worker listens for wake-ups (False once it found it cannot)."""
+        return self.wakeup.listening
+
+    def _services(self) -> list[BackgroundService]:
+        services: list[BackgroundService] = []
+        using = self.options.using
+        if self.options.sweep_interval > 0:
+            services.append(SweeperService(using=using, interval=self.options.sweep_interval))
+        if self.options.schedules:
+            services.append(SchedulerService(using=using, poll_interval=self.options.poll_interval))
+        return services
+
+    # Lifecycle ---------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped (or drained, in burst mode); return the exit status."""
+        restore = self._install_signal_handlers()
+        services_stop = threading.Event()
+        try:
+            self._sync_queue_limits()
+            self.pool.start()
+            for service in self.services:
+                service.start(services_stop)
+            logger.info(
+                "worker started id=%s queues=%s concurrency=%s burst=%s listen=%s",
+                self.worker_id,
+                ",".join(self.options.queues),
+                self.options.concurrency,
+                self.options.burst,
+                self.listen,
+            )
+            self._loop()
+        finally:
+            self.completer.counts.write(time.monotonic(), final=True)
+            services_stop.set()
+            self.pool.stop(timeout=0.5 if len(self.leases) else 5)
+            self.wakeup.close()
+            db.close(self.options.using)
+            restore()
+        stats = self.stats
+        logger.info(
+            "worker stopped id=%s claimed=%s succeeded=%s retried=%s dead=%s lost=%s "
+            "first_claim_at=%s last_recorded_at=%s",
+            self.worker_id,
+            stats.claimed,
+            stats.succeeded,
+            stats.retried,
+            stats.dead,
+            stats.lost,
+            f"{stats.first_claim_at:.6f}" if stats.first_claim_at else "-",
+            f"{stats.last_recorded_at:.6f}" if stats.last_recorded_at else "-",
+        )
+        return 0
+
+    def _sync_queue_limits(self) -> None:
+        """Apply the queue limits of the settings (a later worker applies them again)."""
+        try:
+            QueueControl.objects.sync_settings(using=self.options.using)
+        except Exception as error:
+            logger.warning("queue limits of the settings not applied: %s", describe(error))
+            db.close(self.options.using)
+
+    def stop(self) -> None:
+        """Ask the worker to stop: no more claims; in-flight jobs get the grace period."""
+        if not self.stopping.requested.is_set():
+            self.stopping.deadline = time.monotonic() + self.stopping.grace
+            self.stopping.requested.set()
+        self.wakeup.wake()
+
+    def _install_signal_handlers(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            self.stopping.signals += 1
+            if self.stopping.signals > 1:
+                # A second signal: leave now. Leases bring the in-flight jobs back.
+                os.write(
+                    2, b"\nSecond signal: exiting now; running jobs return after their lease.\n"
+                )
+                os._exit(128 + signum)
+            self.stop()
+
+        for sig in previous:
+            signal.signal(sig, on_signal)
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+    # The loop ----------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        stopping = self.stopping
+        while True:
+            now = time.monotonic()
+            held = len(self.leases)
+            gather = self.pool.gather_time_left(now, held, stopping.requested.is_set())
+            if gather > 0:
+                self._wait(gather)
+                continue
+            self._contained("collect outcomes", self._collect)
+            self._contained("record outcomes", self._flush)
+            if stopping.requested.is_set():
+                self._contained("hand back waiting jobs", self._release_waiting)
+                if not len(self.leases) and not self.completer.unflushed:
+                    return
+                if stopping.deadline is not None and now >= stopping.deadline:
+                    self._contained("hand back running jobs", self._release_running)
+                    return
+            elif self._exhausted():
+                return
+            else:
+                self._contained("claim", self._claim_if_possible, now)
+            self._contained("heartbeat", self.leases.heartbeat_due, now)
+            self._contained("record the per-minute counts", self.completer.counts.write, now)
+            self.report(self.stats, now)
+            self._wait(self._timeout(time.monotonic()))
+
+    def _contained(self, what: str, step: Callable[..., None], *args: Any) -> None:
+        """Run one step of the loop; whatever it raises is a fault, never the loop's end."""
+        try:
+            step(*args)
+        except Exception as error:
+            self.faults.failed(what, error)
+
+    def _exhausted(self) -> bool:
+        """True when this worker has nothing left to do (burst drained, max jobs done)."""
+        idle = not len(self.leases) and not self.completer.unflushed and not self.pool.has_finished
+        max_jobs = self.options.max_jobs
+        if max_jobs is not None and self.stats.claimed >= max_jobs and idle:
+            return True
+        return self.options.burst and idle and not self.pacing.maybe_more
+
+    def _free_slots(self) -> int:
+        free = self.pacing.slots(len(self.leases))
+        if self.options.max_jobs is not None:
+            free = min(free, self.options.max_jobs - self.stats.claimed)
+        return max(free, 0)
+
+    def _claim_if_possible(self, now: float) -> None:
+        pacing = self.pacing
+        pacing.tick(now)
+        free = pacing.claim_size(self._free_slots())
+        if not pacing.maybe_more or free <= 0 or self.faults.waiting(now):
+            return
+        using, queues = self.options.using, self.options.queues
+        try:
+            self.jobs.tune_worker_connection(using=using)
+            handles = self.jobs.claim_batch(queues, free, self.worker_id, using=using)
+        except Exception as error:
+            self.faults.failed("claim", error)
+            return
+        self.faults.recovered()
+        self._hand_out(handles)
+        if len(handles) < free:
+            # The queues ran dry: sleep until the next scheduled job. Asked once the jobs
+            # are handed out, so that they need not wait for the answer.
+            try:
+                due_in = self.jobs.next_due_in(queues, using=using)
+            except Exception as error:
+                self.faults.failed("claim", error)
+                return
+            pacing.dry(due_in, time.monotonic())
+
+    def _hand_out(self, handles: list[JobHandle]) -> None:
+        self.pool.submit(self.leases.hold(handles))
+        if handles and self.stats.first_claim_at is None:
+            self.stats.first_claim_at = time.time()
+        self.stats.claimed += len(handles)
+        self.stats.in_flight = len(self.leases)
+
+    def _collect(self) -> None:
+        """Move finished runs from the handler threads into the completer's buffers."""
+        for outcome in self.pool.take_finished():
+            self.leases.drop(outcome.handle)
+            if outcome.verdict is not Verdict.LOST:  # a lost claim may not have run at all
+                self.pacing.ran(outcome.duration)
+            self.completer.take(outcome)
+        self.stats.in_flight = len(self.leases)
+
+    def _flush(self) -> None:
+        if not self.completer.unflushed or self.faults.waiting(time.monotonic()):
+            return
+        if self.completer.flush():
+            # A completion may have promoted a key's trigger or scheduled an immediate retry.
+            self.pacing.look_again()
+
+    def _release_waiting(self) -> None:
+        """At a stop request, hand back the prefetched jobs no thread has started (S25):
+        another worker runs them now rather than after this one's in-flight jobs."""
+        if self.stopping.waiting_released:
+            return
+        self.stopping.waiting_released = True
+        waiting = [running.handle for running in self.pool.take_waiting()]
+        for handle in waiting:
+            self.leases.drop(handle)
+        self.stats.in_flight = len(self.leases)
+        self.leases.hand_back(waiting, "jobs waiting for a thread", logging.INFO)
+
+    def _release_running(self) -> None:
+        """Hand back the claims still running when the grace period ends (S25)."""
+        self.leases.hand_back(
+            self.leases.handles(), "running jobs at the end of the grace period", logging.WARNING
+        )
+
+    # Waiting -----------------------------------------------------------------------
+
+    def _timeout(self, now: float) -> float:
+        if self.pool.has_finished or (self.completer.unflushed and not self.faults.waiting(now)):
+            return 0.0
+        if self._exhausted():  # a burst drained: leave now, not at the next poll
+            return 0.0
+        pacing = self.pacing
+        if (
+            pacing.maybe_more
+            and self._free_slots() > 0
+            and not self.stopping.requested.is_set()
+            and not self.faults.waiting(now)
+        ):
+            return 0.0
+        deadlines = [pacing.next_poll, now + self.report.interval]
+        if pacing.next_due is not None:
+            deadlines.append(pacing.next_due)
+        if len(self.leases):
+            deadlines.append(self.leases.next_heartbeat_at)
+        if self.stopping.deadline is not None:
+            deadlines.append(self.stopping.deadline)
+        if self.faults.retry_at > now:
+            deadlines.append(self.faults.retry_at)
+        reconnect = self.wakeup.reconnect_at(now)
+        if reconnect is not None:
+            deadlines.append(reconnect)
+        return max(0.0, min(deadlines) - now)
+
+    def _wait(self, timeout: float) -> None:
+        if self.wakeup.wait(timeout, self.options.queues):
+            self.pacing.look_again()
+
+
+def _seconds(value: float | timedelta | None, default: float | timedelta) -> float:
+    chosen = default if value is None else value
+    return chosen.total_seconds() if isinstance(chosen, timedelta) else float(chosen)

@@ -1,0 +1,157 @@
+"""The handler threads: each takes a claimed job, runs it with an executor of its own, and
+hands the outcome back to the loop."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from django_pgjobs import registry
+from django_pgjobs.claims import Failure, JobHandle, Outcome, Verdict
+from django_pgjobs.db import connection as db
+from django_pgjobs.worker.executor import Executor
+from django_pgjobs.worker.faults import describe
+from django_pgjobs.worker.leases import Running
+
+logger = logging.getLogger("django_pgjobs.worker")
+
+#: After the first of a batch of jobs finishes, wait up to this long for the rest, so
+#: that fast jobs are recorded (and their slots refilled) many at a time.
+GATHER_S = 0.002
+
+
+class HandlerPool:
+    """`size` threads taking jobs from a queue; their outcomes gathered for the loop."""
+
+    def __init__(self, size: int, wake: Callable[[], None]) -> None:
+        self.size = size
+        self._wake = wake
+        self._work: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
+        self._finished: deque[Outcome] = deque()
+        self._lock = threading.Lock()
+        #: Jobs handed to the threads whose outcome has not come back yet.
+        self._outstanding = 0
+        self._threads: list[threading.Thread] = []
+        self._gather_started: float | None = None
+
+    def start(self) -> None:
+        for index in range(self.size):
+            thread = threading.Thread(
+                target=self._take_jobs, name=f"pgjobs-handler-{index}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float) -> None:
+        """Let every thread end after its current job, waiting up to `timeout` for each."""
+        for _ in self._threads:
+            self._work.put(None)
+        for thread in self._threads:
+            thread.join(timeout=timeout)
+
+    def submit(self, held: list[Running]) -> None:
+        with self._lock:
+            self._outstanding += len(held)
+        for running in held:
+            self._work.put(running)
+
+    @property
+    def has_finished(self) -> bool:
+        return bool(self._finished)
+
+    def take_finished(self) -> list[Outcome]:
+        """The outcomes that came back since the last call, in order."""
+        taken = []
+        while self._finished:
+            taken.append(self._finished.popleft())
+        return taken
+
+    def take_waiting(self) -> list[Running]:
+        """The jobs no thread has started yet, taken back (to be handed back, S25)."""
+        waiting: list[Running] = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                running = self._work.get_nowait()
+                if running is not None:
+                    waiting.append(running)
+        with self._lock:
+            self._outstanding -= len(waiting)
+        return waiting
+
+    def gather_time_left(self, now: float, held: int, stopping: bool) -> float:
+        """Seconds to keep waiting for more of the `held` jobs to finish (0: go now)."""
+        if not self._finished:
+            self._gather_started = None
+            return 0.0
+        if stopping or len(self._finished) >= held:
+            return 0.0
+        if self._gather_started is None:
+            self._gather_started = now
+        return max(0.0, self._gather_started + GATHER_S - now)
+
+    def _take_jobs(self) -> None:
+        executor = Executor()
+        try:
+            while True:
+                running = self._work.get()
+                if running is None:
+                    return
+                running.started = True
+                if time.monotonic() < running.lease_ends:
+                    outcome = run_one(executor, running.handle)
+                else:
+                    outcome = _lapsed_while_waiting(running.handle)
+                with self._lock:
+                    first = not self._finished
+                    self._finished.append(outcome)
+                    self._outstanding -= 1
+                    last = self._outstanding == 0
+                # Wake the loop for the first finished job (it then gathers the rest for a
+                # moment) and for the last one; the ones between need no wake-up of their own.
+                if first or last:
+                    self._wake()
+        finally:
+            executor.close()
+            db.close_all()
+
+
+def run_one(executor: Executor, handle: JobHandle) -> Outcome:
+    """Run one job; whatever happens, return its outcome (S27: never the thread's end)."""
+    try:
+        return executor.run(handle)
+    except BaseException as error:
+        failure = Failure.from_exception(error)
+        logger.error(
+            "job id=%s kind=%s: the executor raised %s", handle.id, handle.kind, failure.error
+        )
+        return Outcome(
+            handle=handle,
+            verdict=Verdict.RETRY,
+            duration=0.0,
+            failure=failure,
+            delay=float(registry.backoff_for(handle.kind, handle.queue).delay(handle.attempt)),
+        )
+    finally:
+        try:
+            db.reset_after_job()
+        except Exception as error:
+            logger.warning("could not reset the connections after a job: %s", describe(error))
+
+
+def _lapsed_while_waiting(handle: JobHandle) -> Outcome:
+    """A prefetched job whose claim lapsed before a thread was free (the process was
+    paused, say): another worker may have it by now, so it is not started here."""
+    logger.warning(
+        "job lost id=%s kind=%s attempt=%s/%s: its claim lapsed while it waited for a "
+        "thread; not started here (it runs again once its claim is taken back)",
+        handle.id,
+        handle.kind,
+        handle.attempt,
+        handle.max_attempts,
+    )
+    return Outcome(handle=handle, verdict=Verdict.LOST, duration=0.0)

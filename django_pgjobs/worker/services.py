@@ -1,0 +1,109 @@
+"""The maintenance every worker runs beside its loop, each in a thread of its own.
+
+Each service has one shape (after River's maintenance services): `run_once()` does one
+pass and returns the seconds until the next. A pass that fails is logged and tried again
+with a backoff; the thread ends only when the worker stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django_pgjobs.db import connection as db
+from django_pgjobs.exceptions import InvalidJobOption
+from django_pgjobs.maintenance import Sweeper
+from django_pgjobs.scheduler import Scheduler
+from django_pgjobs.worker.faults import RECONNECT_BACKOFF_CAP_S, describe, is_outage
+
+logger = logging.getLogger("django_pgjobs.worker")
+
+
+class BackgroundService:
+    """A pass of maintenance repeated in a thread until `stop` is set."""
+
+    name = "service"
+
+    def __init__(self, *, using: str) -> None:
+        self.using = using
+
+    def first_wait(self) -> float:
+        """Seconds before the first pass."""
+        return 0.0
+
+    def run_once(self) -> float:
+        """Do one pass; return the seconds until the next."""
+        raise NotImplementedError
+
+    def start(self, stop: threading.Event) -> threading.Thread:
+        thread = threading.Thread(
+            target=self._run, args=(stop,), name=f"pgjobs-{self.name}", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def _run(self, stop: threading.Event) -> None:
+        wait = self.first_wait()
+        failures = 0
+        try:
+            while not stop.wait(wait):
+                try:
+                    wait = self.run_once()
+                    failures = 0
+                except Exception as error:
+                    failures += 1
+                    wait = min(RECONNECT_BACKOFF_CAP_S, 0.5 * 2**failures)
+                    logger.warning(
+                        "%s: %s; next try in %.1fs",
+                        self.name,
+                        describe(error),
+                        wait,
+                        exc_info=not is_outage(error),
+                    )
+                    db.close(self.using)
+        finally:
+            db.close_all()
+
+
+class SweeperService(BackgroundService):
+    """The sweeper (S24) every `interval` seconds, replicas taking turns."""
+
+    name = "sweeper"
+
+    def __init__(self, *, using: str, interval: float) -> None:
+        super().__init__(using=using)
+        self.interval = interval
+        self.sweeper = Sweeper(take_turns=True, using=using)
+
+    def first_wait(self) -> float:
+        return min(self.interval, 1.0)
+
+    def run_once(self) -> float:
+        self.sweeper.run_once()
+        return self.interval
+
+
+class SchedulerService(BackgroundService):
+    """The periodic schedules: synced once, then every due tick enqueued, whichever
+    replica gets there first (one job per tick in all)."""
+
+    name = "scheduler"
+
+    def __init__(self, *, using: str, poll_interval: float) -> None:
+        super().__init__(using=using)
+        self.poll_interval = poll_interval
+        self.scheduler = Scheduler(using=using)
+        self._synced = False
+
+    def run_once(self) -> float:
+        if not self._synced:
+            try:
+                self.scheduler.sync()
+            except InvalidJobOption as error:  # a declaration the checks report too
+                logger.error("schedules not synced: %s", error)
+                self._synced = True
+                return self.poll_interval
+            self._synced = True
+        due_in = self.scheduler.run_due()
+        wait = self.poll_interval if due_in is None else due_in
+        return min(max(wait, 0.01), self.poll_interval)

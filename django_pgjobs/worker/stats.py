@@ -1,0 +1,67 @@
+"""What a worker counts: its life's counters (the status line) and the per-minute counts
+it adds to `pgjobs_stats` (the admin's chart)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from django_pgjobs.claims import DEAD, LOST, RETRIED, SUCCEEDED, Outcome
+from django_pgjobs.models import JobStats
+
+logger = logging.getLogger("django_pgjobs.worker")
+
+#: Seconds between two writes of a worker's per-minute counts (the admin's chart).
+STATS_INTERVAL_S = 10.0
+
+
+@dataclass
+class WorkerStats:
+    """Counters of one worker's life, read by the status line."""
+
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead: int = 0
+    lost: int = 0
+    in_flight: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+    #: Wall-clock times (time.time()) of the first claim and the last recorded outcome,
+    #: for measuring a drain; never compared with the database's clock.
+    first_claim_at: float | None = None
+    last_recorded_at: float | None = None
+
+    @property
+    def finished(self) -> int:
+        return self.succeeded + self.retried + self.dead + self.lost
+
+
+class MinuteCounts:
+    """Per queue, the jobs finished, retried and dead-lettered since the last write to
+    `pgjobs_stats`, written every STATS_INTERVAL_S (and once at the end)."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+        self._counts: dict[str, list[int]] = {}
+        self._next_at = time.monotonic() + STATS_INTERVAL_S
+
+    def count(self, outcome: Outcome) -> None:
+        ended = outcome.ending
+        if ended == LOST:
+            return
+        counts = self._counts.setdefault(outcome.handle.queue, [0, 0, 0])
+        counts[(SUCCEEDED, RETRIED, DEAD).index(ended)] += 1
+
+    def write(self, now: float, *, final: bool = False) -> None:
+        """Write the counts if they are due (`final`: whatever the time)."""
+        if not self._counts or (now < self._next_at and not final):
+            return
+        self._next_at = now + STATS_INTERVAL_S
+        counts = {queue: (c[0], c[1], c[2]) for queue, c in self._counts.items()}
+        self._counts = {}
+        try:
+            JobStats.objects.record(counts, using=self.using)
+        except Exception as error:
+            # Only the chart loses these counts: not worth a retry or a reconnect here.
+            logger.debug("could not record the per-minute counts: %s", error)
