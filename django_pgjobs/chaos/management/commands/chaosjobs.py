@@ -192,7 +192,7 @@ class Command(BaseCommand):
             f"faults: {', '.join(config.faults) or 'none'}"
         )
         try:
-            report = run.execute()
+            report = run.run()
         except ChaosAborted as error:
             raise CommandError(
                 f"The chaos run stopped: {error}\nworker logs: {run.log_dir}"

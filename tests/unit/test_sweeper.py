@@ -1,4 +1,5 @@
-"""S24: the sweeper expires, buries stranded claims and prunes, in batches, from any replica."""
+"""S24: the sweeper expires, buries stranded claims and prunes, in batches (replicas
+sweeping at once: concurrency/test_sweeper.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from django.test import override_settings
 
 from django_pgjobs.maintenance import Sweeper
 from django_pgjobs.models import Job
-from tests.helpers import count, dead_row, execute, lapse, row, run_threads
+from tests.helpers import count, dead_row, execute, lapse, row
 
 pytestmark = pytest.mark.django_db
 
@@ -95,40 +96,3 @@ def test_s24_sweeps_are_batched_and_idempotent() -> None:
     assert first.expired == 25
     assert Sweeper(batch_size=10).run_once().total == 0
     assert count("pgjobs_dead", "id = ANY(%s)", [ids]) == 25
-
-
-@pytest.mark.django_db(transaction=True)
-def test_s24_replicas_sweeping_at_once_move_each_row_once() -> None:
-    Job.objects.enqueue_many([{"kind": "demo.t", "expires": 60} for _ in range(300)])
-    execute("UPDATE pgjobs_job SET expires_at = now() - interval '1 s'")
-    results = run_threads(4, lambda _: Sweeper(batch_size=20).run_once().expired)
-    assert sum(results) == 300
-    assert count("pgjobs_dead") == 300 and count() == 0
-
-
-@pytest.mark.django_db(transaction=True)
-def test_s24_taking_turns_stops_while_another_replica_sweeps() -> None:
-    import threading
-
-    from django.db import connection, transaction
-
-    Job.objects.enqueue("demo.t", expires=60)
-    execute("UPDATE pgjobs_job SET expires_at = now() - interval '1 s'")
-    holding = threading.Event()
-    done = threading.Event()
-
-    def hold_the_turn() -> None:
-        with transaction.atomic():
-            assert Job.objects.try_sweep_lock()
-            holding.set()
-            done.wait(10)
-        connection.close()
-
-    holder = threading.Thread(target=hold_the_turn)
-    holder.start()
-    assert holding.wait(10)
-    result = Sweeper(take_turns=True).run_once()
-    done.set()
-    holder.join(10)
-    assert (result.complete, result.expired) == (False, 0)
-    assert Sweeper(take_turns=True).run_once().expired == 1

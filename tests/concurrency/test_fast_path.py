@@ -1,5 +1,6 @@
-"""The worker's fast path keeps every rule: asynchronous bookkeeping commits only outside a
-caller's transaction, and the plans a worker's connection makes once stay index-bound."""
+"""The worker's fast path keeps every rule: bookkeeping in a transaction of its own asks for
+an asynchronous commit, and the plans a worker's connection makes once stay index-bound.
+Inside a caller's transaction: unit/test_fast_path.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 from django.test import override_settings
 
 from django_pgjobs.db import sql
@@ -31,16 +32,6 @@ def test_bookkeeping_asks_for_an_asynchronous_commit_of_its_own_transaction() ->
         assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
         conn.rollback()
         assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
-
-
-def test_bookkeeping_inside_a_callers_transaction_keeps_its_commit_mode() -> None:
-    Job.objects.enqueue("demo.t")
-    with transaction.atomic():
-        execute("SET LOCAL synchronous_commit = on")
-        (handle,) = Job.objects.claim_batch("default", 1, "w")
-        assert scalar("SHOW synchronous_commit") == "on"
-        assert handle.ack()
-        assert scalar("SHOW synchronous_commit") == "on"
 
 
 @pytest.mark.django_db(transaction=True)

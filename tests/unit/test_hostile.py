@@ -1,19 +1,18 @@
-"""Hostile input: random and malicious enqueue arguments (S4), rows edited by hand into
-nonsense, and the code paths a crafted row could abuse (no pickle, no eval, no import of a
-stored path, every SQL value a parameter). Admin permissions and CSRF: test_admin.py."""
+"""Hostile input: random and malicious enqueue arguments (S4), and the code paths a crafted
+row could abuse (no pickle, no eval, no import of a stored path, every SQL value a
+parameter). Rows edited by hand into nonsense: concurrency/test_hostile.py. Admin
+permissions and CSRF: test_admin.py."""
 
 from __future__ import annotations
 
 import ast
 import json
 import math
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import IntegrityError, transaction
 from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,12 +21,10 @@ from django_pgjobs import exceptions
 from django_pgjobs.models import Job
 from django_pgjobs.options import CONFLICT_MODES, KEY_MAX_BYTES, MAX_DURATION_S
 from django_pgjobs.payloads import PAYLOAD_INT_MAX_DIGITS, PAYLOAD_MAX_DEPTH
-from django_pgjobs.worker import Worker
-from tests import jobs
-from tests.helpers import count, dead_row, execute, row, scalar
-from tests.test_validation import same_json
+from tests.helpers import count, execute, row, scalar
+from tests.unit.test_validation import same_json
 
-PACKAGE = Path(__file__).resolve().parent.parent / "django_pgjobs"
+PACKAGE = Path(__file__).resolve().parent.parent.parent / "django_pgjobs"
 PAYLOAD_LIMIT = 4096
 INT32_MAX = 2**31 - 1
 
@@ -322,100 +319,6 @@ def test_sql_looking_text_is_stored_verbatim_everywhere_a_user_can_put_text(text
     assert handle.retry(text, delay=0)
     assert row(job_id, "last_error", "worker_id") == (text, text)
     assert count() == 1 and scalar("SELECT count(*) FROM pg_tables WHERE tablename = 'pgjobs_job'")
-
-
-# -- rows edited by hand --------------------------------------------------------------
-
-
-@pytest.mark.django_db(transaction=True)
-class TestRowsEditedByHand:
-    """A row changed behind the queue's back either is refused by the database or meets a
-    worker that dead-letters (or, for an unknown kind, retries) it with a reason, and goes
-    on with the next job."""
-
-    def drain(self) -> None:
-        worker = Worker(burst=True, sweep_interval=0, poll_interval=0.2, concurrency=2)
-        assert worker.run() == 0
-
-    @pytest.fixture
-    def neighbour(self) -> Iterator[int]:
-        """A sound job beside the nonsense: it must still run."""
-        job_id = jobs.record.enqueue(label="neighbour").id
-        yield job_id
-        assert row(job_id) is None and count("tests_note", "text = 'neighbour'") == 1
-
-    @pytest.mark.parametrize(
-        ("payload", "reason"),
-        [
-            ("[1, 2]", "payload is not a JSON object: list"),
-            ('"text"', "payload is not a JSON object: str"),
-            ("null", "payload is not a JSON object: NoneType"),
-            ('{"label": "x", "surprise": 1}', "unexpected keyword argument 'surprise'"),
-            ('{"label": ["not", "a", "string"], "sleep": "soon"}', None),
-        ],
-    )
-    def test_a_payload_that_cannot_be_the_handlers_arguments_is_dead_lettered(
-        self, neighbour: int, payload: str, reason: str | None
-    ) -> None:
-        job_id = jobs.record.enqueue(label="victim").id
-        execute("UPDATE pgjobs_job SET payload = %s::jsonb WHERE id = %s", [payload, job_id])
-        self.drain()
-        if reason is None:  # the arguments bind; the handler itself fails, and is retried
-            assert row(job_id, "state", "attempts")[0] == "pending"
-            assert "TypeError" in row(job_id, "last_error")[0]
-        else:
-            (dead_reason,) = dead_row(job_id, "reason")
-            assert reason in dead_reason
-
-    def test_an_unknown_kind_is_retried_with_its_reason_then_dead_lettered(
-        self, neighbour: int
-    ) -> None:
-        job_id = Job.objects.enqueue("tests.record", {"label": "x"}, max_attempts=2).id
-        execute("UPDATE pgjobs_job SET kind = 'builtins.eval' WHERE id = %s", [job_id])
-        self.drain()
-        assert row(job_id, "state", "last_error") == (
-            "pending",
-            "unknown job kind 'builtins.eval'",
-        )
-        execute("UPDATE pgjobs_job SET run_after = now() WHERE id = %s", [job_id])
-        self.drain()
-        assert dead_row(job_id, "reason", "last_error") == (
-            "max attempts exceeded",
-            "unknown job kind 'builtins.eval'",
-        )
-
-    @pytest.mark.parametrize(
-        "change",
-        [
-            "lease_s = -5",
-            "max_attempts = 0",
-            "attempts = -1",
-            "priority = 1000",
-            "state = 'exploded'",
-            "state = 'running', claimed_by = NULL",
-            "state = 'running', claimed_until = NULL, claimed_by = gen_random_uuid()",
-            "kind = NULL",
-            "payload = NULL",
-        ],
-    )
-    def test_the_database_refuses_nonsense_the_queue_could_not_recover_from(
-        self, neighbour: int, change: str
-    ) -> None:
-        job_id = jobs.record.enqueue(label="victim").id
-        before = row(job_id, "state", "lease_s", "attempts", "payload")
-        with pytest.raises(IntegrityError), transaction.atomic():
-            execute(f"UPDATE pgjobs_job SET {change} WHERE id = %s", [job_id])
-        assert row(job_id, "state", "lease_s", "attempts", "payload") == before
-        self.drain()
-        assert row(job_id) is None  # ran as enqueued
-
-    def test_more_attempts_than_allowed_still_runs_once_and_dead_letters_on_failure(
-        self, neighbour: int
-    ) -> None:
-        job_id = jobs.misbehave.enqueue(how="error").id
-        execute("UPDATE pgjobs_job SET attempts = 50 WHERE id = %s", [job_id])
-        self.drain()
-        assert dead_row(job_id, "reason", "attempts") == ("max attempts exceeded", 51)
 
 
 # -- what a crafted row can never reach -------------------------------------------------

@@ -143,7 +143,7 @@ def _as_documented(value: Any) -> str:
 
 
 def test_the_readme_documents_every_setting_with_its_default() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parent.parent.parent / "README.md").read_text()
     section = readme.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
     documented = dict(re.findall(r"^\| `([A-Z_]+)` \| `([^`]*)` \|", section, re.MULTILINE))
     names = [name for name in vars(Settings) if name.isupper()]

@@ -1,5 +1,6 @@
 """S3: a trigger that lands while its key is running runs once more after it, whichever
-way the running one ends, and two runs of one key never overlap."""
+way the running one ends, and two runs of one key never overlap (in one rolled-back
+transaction; the wake-up at the ack's commit: concurrency/test_reruns.py)."""
 
 from __future__ import annotations
 
@@ -115,14 +116,3 @@ def test_s3_keep_schedule_keeps_the_first_triggers_schedule_while_running() -> N
     Job.objects.enqueue("demo.sync", {"v": 3}, key="k", delay=5, on_conflict="keep_schedule")
     assert row(handle.id, "rerun_payload") == ({"v": 3},)
     assert 59 < seconds_from_now("rerun_after", handle.id) <= 60
-
-
-@pytest.mark.django_db(transaction=True)
-def test_s3_rerun_after_ack_wakes_the_workers() -> None:
-    from tests.helpers import other_connection
-
-    handle = running_with_trigger()
-    with other_connection() as listener:
-        listener.execute("LISTEN pgjobs")
-        assert handle.ack()
-        assert [n.payload for n in listener.notifies(timeout=1, stop_after=1)] == ["default"]

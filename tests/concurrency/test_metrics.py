@@ -1,10 +1,9 @@
 """Prometheus metrics: counters fed by the signals, gauges read from the database at
-scrape time, served by `runjobs --metrics-port` and by a Django view."""
+scrape time, served by a Django view (and by `runjobs --metrics-port`:
+processes/test_metrics.py)."""
 
 from __future__ import annotations
 
-import socket
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -13,10 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from django_pgjobs.metrics import JobMetrics, QueueGauges
 from django_pgjobs.models import Job
-from django_pgjobs.testing.localdb import free_port
 from tests import jobs
-from tests.processes import Workers, wait_for
-from tests.test_worker import drain
+from tests.concurrency.test_worker import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,33 +75,3 @@ def test_the_view_serves_the_gauges_to_an_anonymous_scraper(client: Client) -> N
     assert response["Content-Type"].startswith("text/plain")
     assert 'pgjobs_jobs{queue="viewed",state="runnable"} 1.0' in response.content.decode()
     assert client.post("/metrics/pgjobs").status_code == 405
-
-
-@pytest.mark.slow
-def test_runjobs_serves_its_metrics(workers: Workers) -> None:
-    port = free_port()
-    process = workers.start("--metrics-port", str(port), "--metrics-addr", "127.0.0.1")
-
-    def scrape() -> str:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as page:
-                return str(page.read().decode())
-        except OSError:
-            return ""
-
-    jobs.record.enqueue(label="measured")
-    line = 'pgjobs_jobs_succeeded_total{kind="tests.record",queue="default"} 1.0'
-    text = wait_for(lambda: line in scrape() and scrape(), what="the job to be counted")
-    assert "pgjobs_job_duration_seconds_bucket" in text
-    assert "pgjobs_jobs{" in text
-    assert process.process.poll() is None
-
-
-def test_runjobs_refuses_a_port_in_use(workers: Workers) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        process = workers.start("--metrics-port", str(port), "--metrics-addr", "127.0.0.1")
-        assert process.wait(30) != 0
-    assert "Pick a free port" in process.output()

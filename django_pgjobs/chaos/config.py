@@ -1,0 +1,102 @@
+"""A chaos run's settings, the progress it reports as it goes, and its final report."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from django_pgjobs.chaos import invariants
+from django_pgjobs.chaos.invariants import Verdict
+
+FAULT_KINDS = ("kill", "stop", "terminate", "ghost", "poison", "restart")
+DEFAULT_FAULTS = ("kill", "stop", "terminate", "ghost", "poison")
+
+
+class ChaosAborted(Exception):
+    """The run could not go on (a worker cannot start, the database is gone)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosConfig:
+    """What a run does. Every duration is in seconds."""
+
+    duration: float = 60.0
+    workers: int = 3
+    concurrency: int = 4
+    jobs: int = 200  # enqueued before the first fault
+    rate: float = 20.0  # plain jobs enqueued per second while faults go on
+    keys: int = 8
+    triggers: float = 4.0  # keyed triggers per second
+    lease: int = 4
+    max_attempts: int = 6
+    faults: tuple[str, ...] = DEFAULT_FAULTS
+    fault_every: float = 2.0  # mean time between two faults
+    restart_command: str | None = None
+    restart_every: float = 30.0  # least time between two database restarts
+    drain_timeout: float = 120.0
+    seed: int | None = None
+    keep: bool = False
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.duration <= 0:
+            problems.append("the duration must be more than 0 seconds")
+        if self.workers < 1 or self.concurrency < 1:
+            problems.append("there must be at least one worker of at least one thread")
+        if self.jobs < 0 or self.rate < 0 or self.keys < 0 or self.triggers < 0:
+            problems.append("jobs, rate, keys and triggers must not be negative")
+        if self.lease < 1 or self.max_attempts < 1:
+            problems.append("the lease and max attempts must be at least 1")
+        if self.fault_every <= 0 or self.drain_timeout <= 0:
+            problems.append("the fault interval and the drain timeout must be positive")
+        unknown = sorted(set(self.faults) - set(FAULT_KINDS))
+        if unknown:
+            problems.append(
+                f"unknown faults {', '.join(unknown)} (known: {', '.join(FAULT_KINDS)})"
+            )
+        if "restart" in self.faults and not self.restart_command:
+            problems.append(
+                "a database restart needs the command that restarts it (--allow-db-restart CMD)"
+            )
+        if problems:
+            raise ValueError("; ".join(problems) + ".")
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Where a run is, for the progress bar."""
+
+    phase: str  # "faults", "drain" or "check"
+    elapsed: float
+    total: float
+    enqueued: int
+    finished: int
+    waiting: int  # pending or running
+    faults: Counter[str]
+
+
+@dataclass(slots=True)
+class ChaosReport:
+    """What a run did and what it found."""
+
+    run_id: str
+    queue: str
+    config: ChaosConfig
+    verdicts: list[Verdict]
+    jobs: int
+    triggers: int
+    busy_triggers: int
+    ghosts: int
+    executions: int
+    reruns: invariants.Reruns
+    faults: Counter[str]
+    missed_faults: Counter[str]
+    dead: Counter[str]
+    drain_s: float | None
+    seconds: float
+    log_dir: Path | None
+
+    @property
+    def passed(self) -> bool:
+        return all(verdict.holds for verdict in self.verdicts)

@@ -1,0 +1,150 @@
+"""Inject the faults of a chaos run, each noted in the ledger with its time.
+
+The faults: `kill -9` of a worker, SIGSTOP past the lease then SIGCONT, dropped
+connections of a worker, bursts of rolled-back or poison enqueues, database restarts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import signal
+import subprocess
+import time
+from datetime import datetime
+
+from django.db import connections
+
+from django_pgjobs.chaos.config import ChaosAborted
+from django_pgjobs.chaos.invariants import Fault
+from django_pgjobs.chaos.load import Load
+from django_pgjobs.chaos.models import ChaosExecution
+from django_pgjobs.chaos.processes import Worker, Workers
+from django_pgjobs.chaos.state import RunState
+
+
+class Faults:
+    """Choose and inject the run's faults, and resume the workers they stopped."""
+
+    def __init__(self, state: RunState, workers: Workers, load: Load) -> None:
+        self.state = state
+        self.workers = workers
+        self.load = load
+        self.last_fault = 0.0  # monotonic time the last fault ended; 0: none yet
+        self._last_restart = float("-inf")
+
+    def gap(self) -> float:
+        """Seconds until the next fault: random, about `fault_every` on average."""
+        mean = self.state.config.fault_every
+        return min(max(self.state.random.expovariate(1 / mean), mean / 10), mean * 3)
+
+    def inject(self) -> None:
+        """Inject one fault of a kind drawn at random from the run's.
+
+        A restart too soon after the last one becomes another kind; a stop that would leave
+        no worker running becomes a kill; a fault on a worker when none runs is only
+        counted as missed.
+        """
+        config, random, slots = self.state.config, self.state.random, self.workers.slots
+        kind = random.choice(config.faults)
+        if kind == "restart" and time.monotonic() - self._last_restart < config.restart_every:
+            kind = random.choice([k for k in config.faults if k != "restart"] or ["ghost"])
+        running = [worker for worker in slots if worker.alive and worker.stopped_at is None]
+        if kind in ("kill", "terminate", "stop") and not running:
+            self.state.ledger.missed[kind] += 1
+            return
+        if kind == "stop" and sum(w.stopped_at is not None for w in slots) >= max(
+            1, len(slots) - 1
+        ):
+            kind = "kill"
+        if kind == "ghost":
+            self._ghost_burst()
+        elif kind == "poison":
+            self._poison_burst()
+        elif kind == "restart":
+            self._restart_database()
+        else:
+            worker = random.choice(running)
+            {"kill": self._kill, "stop": self._stop, "terminate": self._terminate}[kind](worker)
+
+    def resume_due(self) -> None:
+        """Resume (SIGCONT) the stopped workers whose time has come."""
+        now = time.monotonic()
+        for worker in self.workers.slots:
+            if worker.stopped_at is not None and now >= worker.resume_at:
+                self._resume(worker)
+
+    def resume_all(self) -> None:
+        """Resume every stopped worker, due or not."""
+        for worker in self.workers.slots:
+            if worker.stopped_at is not None:
+                self._resume(worker)
+
+    def _record(self, kind: str, worker: str | None, began: datetime) -> None:
+        self.state.ledger.faults.append(Fault(kind, worker, began, self.state.clock()))
+        self.last_fault = time.monotonic()
+
+    def _kill(self, worker: Worker) -> None:
+        began = self.state.clock()
+        assert worker.process is not None
+        worker.process.kill()
+        worker.process.wait()
+        self._record("kill", worker.name, began)
+        self.workers.start(worker)
+
+    def _stop(self, worker: Worker) -> None:
+        assert worker.process is not None
+        worker.stopped_at = self.state.clock()
+        worker.process.send_signal(signal.SIGSTOP)
+        worker.resume_at = (
+            time.monotonic() + self.state.config.lease + self.state.random.uniform(0.5, 2.5)
+        )
+
+    def _resume(self, worker: Worker) -> None:
+        assert worker.stopped_at is not None and worker.process is not None
+        with contextlib.suppress(ProcessLookupError):
+            worker.process.send_signal(signal.SIGCONT)
+        self._record("stop", worker.name, worker.stopped_at)
+        worker.stopped_at = None
+
+    def _terminate(self, worker: Worker) -> None:
+        state = self.state
+        began = state.clock()
+        limit = state.random.choice([1, 1000])  # one connection, or all of them
+        dropped = state.database(
+            lambda: ChaosExecution.objects.terminate_connections(
+                worker.name, limit=limit, using=state.alias
+            ),
+            "terminating connections",
+        )
+        if dropped:
+            self._record("terminate", worker.name, began)
+        else:  # not connected yet, or DATABASES names its connections itself
+            state.ledger.missed["terminate"] += 1
+
+    def _ghost_burst(self) -> None:
+        began = self.state.clock()
+        self.load.ghost_burst()
+        self._record("ghost", None, began)
+
+    def _poison_burst(self) -> None:
+        began = self.state.clock()
+        self.load.poison_burst()
+        self._record("poison", None, began)
+
+    def _restart_database(self) -> None:
+        command = self.state.config.restart_command
+        assert command is not None
+        self.state.on_event(f"restarting PostgreSQL: {command}")
+        began = self.state.clock()
+        connections[self.state.alias].close()
+        completed = subprocess.run(
+            shlex.split(command), capture_output=True, text=True, timeout=300, check=False
+        )
+        if completed.returncode != 0:
+            raise ChaosAborted(
+                f"The restart command failed ({completed.returncode}): {command}\n"
+                f"{(completed.stderr or completed.stdout).strip()}"
+            )
+        self._record("restart", None, began)
+        self._last_restart = time.monotonic()

@@ -1,0 +1,192 @@
+"""The job stream of a chaos run: plain jobs, keyed triggers, rolled-back and poison bursts.
+
+Every enqueue goes into the run's ledger: committed for sure, rolled back for sure (a
+ghost), or uncertain (the connection broke under the commit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db import InterfaceError, OperationalError, transaction
+
+from django_pgjobs.chaos import poison
+from django_pgjobs.chaos.jobs import KEYED_KIND, POISON_KIND, WORK_KIND
+from django_pgjobs.chaos.models import ChaosExecution
+from django_pgjobs.chaos.state import RunState
+from django_pgjobs.models import Job
+
+#: Longest wait of the run's own enqueues for a row lock (a keyed trigger waits for its
+#: job's fenced run, whose worker this run may have stopped).
+LOCK_WAIT_S = 2.0
+#: SQLSTATE of a lock wait that gave up (lock_timeout).
+LOCK_NOT_AVAILABLE = "55P03"
+
+
+class Load:
+    """Enqueue the run's jobs and note each one in the ledger."""
+
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+
+    def options(self) -> dict[str, Any]:
+        """The enqueue options every job of the run shares."""
+        return {
+            "queue": self.state.queue,
+            "lease": self.state.config.lease,
+            "max_attempts": self.state.config.max_attempts,
+            "result_retention": 24 * 3600,
+        }
+
+    def plain_job(self, *, ghost: bool = False) -> dict[str, Any]:
+        """A plain job of random length; some fail once (flaky), a few always (doomed)."""
+        random = self.state.random
+        roll = random.random()
+        sleep = (
+            random.uniform(0, 0.05)
+            if roll < 0.7
+            else random.uniform(0.05, 0.5)
+            if roll < 0.95
+            else random.uniform(0.5, 1.5)
+        )
+        payload: dict[str, Any] = {"run": self.state.run_id, "sleep": round(sleep, 3)}
+        flavour = random.random()
+        if flavour < 0.1:
+            payload["flaky"] = True
+        elif flavour < 0.13:
+            payload["doomed"] = True
+        if ghost:
+            payload["ghost"] = True
+        return {"kind": WORK_KIND, "payload": payload, **self.options()}
+
+    def enqueue_plain(self, count: int) -> None:
+        """Enqueue `count` plain jobs, in transactions of up to 100."""
+        ledger = self.state.ledger
+        while count > 0:
+            size = min(count, 100)
+            count -= size
+
+            def write(ids: list[int], size: int = size) -> None:
+                if size == 1:  # one at a time, and in bulk (S5)
+                    job = self.plain_job()
+                    kind, payload = job.pop("kind"), job.pop("payload")
+                    ids.append(Job.objects.enqueue(kind, payload, using=self.state.alias, **job).id)
+                else:
+                    jobs = [self.plain_job() for _ in range(size)]
+                    ids += [r.id for r in Job.objects.enqueue_many(jobs, using=self.state.alias)]
+
+            ids, committed = self._write(write)
+            if committed:
+                ledger.committed.update(dict.fromkeys(ids))
+            else:
+                ledger.uncertain.update(ids)
+
+    def key(self, index: int) -> str:
+        """The key of the run's `index`th keyed job."""
+        return f"{self.state.run_id}:k{index}"
+
+    def trigger(self, index: int) -> None:
+        """Enqueue the next trigger of a key: merged into its live job, or a new job."""
+        ledger = self.state.ledger
+        key = self.key(index)
+        version = ledger.versions.get(key, 0) + 1
+        ledger.versions[key] = version
+        sleep = round(self.state.random.uniform(0.2, 1.2), 3)
+        payload = {"run": self.state.run_id, "v": version, "sleep": sleep}
+
+        def write(ids: list[int]) -> None:
+            ids.append(
+                Job.objects.enqueue(
+                    KEYED_KIND, payload, key=key, using=self.state.alias, **self.options()
+                ).id
+            )
+
+        ids, committed = self._write(write)
+        if committed:
+            ledger.committed[ids[0]] = key
+            ledger.last_triggers[key] = version
+            ledger.uncertain_keys.discard(key)
+            ledger.triggers += 1
+        elif ids:
+            ledger.uncertain.update(ids)
+            ledger.uncertain_keys.add(key)
+
+    def ghost_burst(self) -> None:
+        """Enqueue jobs and a trigger inside a transaction that rolls back."""
+        state = self.state
+        size = state.random.randint(1, 20)
+
+        def write(ids: list[int]) -> None:
+            results = Job.objects.enqueue_many(
+                [self.plain_job(ghost=True) for _ in range(size)], using=state.alias
+            )
+            ids += [result.id for result in results if result.inserted]
+            if state.config.keys:
+                key = self.key(state.random.randrange(state.config.keys))
+                payload = {"run": state.run_id, "v": -1, "sleep": 0.0, "ghost": True}
+                result = Job.objects.enqueue(
+                    KEYED_KIND, payload, key=key, using=state.alias, **self.options()
+                )
+                if result.inserted:  # a merge returns a committed job's id: not a ghost
+                    ids.append(result.id)
+
+        ids, _ = self._write(write, roll_back=True)
+        state.ledger.ghosts.update(ids)
+
+    def poison_burst(self) -> None:
+        """Enqueue a few jobs of hostile handlers (S27).
+
+        Each must end dead, and the workers must keep going.
+        """
+        state = self.state
+        names = sorted(poison.BEHAVIOURS)
+        jobs = [
+            {
+                "kind": POISON_KIND,
+                "payload": {"run": state.run_id, "how": state.random.choice(names)},
+                **self.options(),
+            }
+            for _ in range(state.random.randint(1, 5))
+        ]
+
+        def write(ids: list[int]) -> None:
+            ids += [result.id for result in Job.objects.enqueue_many(jobs, using=state.alias)]
+
+        ids, committed = self._write(write)
+        if committed:
+            state.ledger.committed.update(dict.fromkeys(ids))
+        else:
+            state.ledger.uncertain.update(ids)
+
+    def _write(
+        self, write: Callable[[list[int]], None], *, roll_back: bool = False
+    ) -> tuple[list[int], bool]:
+        """Run `write` in a transaction; return the ids it collected and whether they committed.
+
+        True means surely committed. A connection that breaks under it (a fault, a restart)
+        leaves the commit unknown: those jobs are then counted neither as committed nor as lost.
+        """
+        state = self.state
+        ids: list[int] = []
+        try:
+            with transaction.atomic(using=state.alias):
+                # A keyed trigger waits for the row lock of its job's fenced run; if this
+                # run stopped that worker (SIGSTOP), only this loop would resume it.
+                ChaosExecution.objects.limit_lock_wait(LOCK_WAIT_S, using=state.alias)
+                write(ids)
+                if roll_back:
+                    transaction.set_rollback(True, using=state.alias)
+        except OperationalError as error:
+            if getattr(error.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+                # Rolled back for sure: the trigger never happened. Try another later.
+                state.ledger.skipped_busy += 1
+                return [], False
+            state.on_event(f"an enqueue failed ({str(error).strip().splitlines()[0]}); going on")
+            state.reconnect()
+            return ids, False
+        except InterfaceError as error:
+            state.on_event(f"an enqueue failed ({str(error).strip().splitlines()[0]}); going on")
+            state.reconnect()
+            return ids, False
+        return ids, not roll_back

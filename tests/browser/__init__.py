@@ -1,0 +1,1 @@
+"""Browser tier: the admin driven by a headless Chromium (selenium)."""
