@@ -36,7 +36,7 @@ def django_db_modify_db_settings(
 @pytest.fixture
 def workers() -> Iterator[object]:
     """Start `manage.py runjobs` processes; any left running are killed afterwards."""
-    from tests.processes import Workers
+    from tests.spawn import Workers
 
     started = Workers()
     try:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from tests.helpers import conninfo, other_connection
-from tests.processes import manage_py
+from tests.spawn import manage_py
 
 
 def database_url(name: str) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.example import example_env, manage
-from tests.processes import ROOT
+from tests.spawn import ROOT
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

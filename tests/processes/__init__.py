@@ -1,1 +1,2 @@
-"""Tests that start real processes: runjobs workers, chaos runs, PgBouncer, a second database, the example project."""
+"""Process tier: tests that start real processes (runjobs workers, chaos runs, PgBouncer,
+a second database, the example project), each with hard timeouts and cleanup."""

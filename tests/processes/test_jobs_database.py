@@ -11,7 +11,7 @@ from django.core import checks
 from django.test import override_settings
 
 from tests.example import scratch_database
-from tests.processes import manage_py, suite_env
+from tests.spawn import manage_py, suite_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -10,7 +10,7 @@ import pytest
 
 from django_pgjobs.testing.localdb import free_port
 from tests import jobs
-from tests.processes import Workers, wait_for
+from tests.spawn import Workers, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,7 +13,7 @@ from django_pgjobs.models import QueueControl
 from tests import jobs
 from tests.helpers import count, execute
 from tests.pgbouncer import available, pgbouncer
-from tests.processes import Workers, database_url_for_workers, manage_py, suite_env, wait_for
+from tests.spawn import Workers, database_url_for_workers, manage_py, suite_env, wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

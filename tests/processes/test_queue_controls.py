@@ -16,7 +16,7 @@ import pytest
 from django_pgjobs.models import Job, QueueControl
 from tests import jobs
 from tests.helpers import count, execute, other_connection, wait_until
-from tests.processes import Workers, wait_for
+from tests.spawn import Workers, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,7 +15,7 @@ from psycopg import sql as pgsql
 from django_pgjobs.models import Job
 from tests import jobs
 from tests.helpers import conninfo, count, dead_row, execute, other_connection, row
-from tests.processes import WORKER_APPLICATION_NAME, Workers, wait_for
+from tests.spawn import WORKER_APPLICATION_NAME, Workers, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -116,6 +116,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "RECORD_STATS": {"queues": ["default"], "succeeded": [1], "retried": [0], "dead": [0]},
     "THROUGHPUT": {"minutes": 5},
     "PRUNE_STATS": {"limit": 10},
+    "ROLE_PRIVILEGES": {},
     "DATABASE_CLOCK": {},
     "TERMINATE_BACKENDS": {"application_name": "pgjobs-test-nobody", "limit": 1},
     "LOCK_LIMITED_QUEUES": {"queues": ["default"]},
@@ -160,6 +161,7 @@ IDENTIFIERS = {"LISTEN_CHANNEL": {"channel": "pgjobs"}}
 
 
 TABLELESS = {
+    "ROLE_PRIVILEGES",
     "SWEEP_LOCK",
     "LISTEN_CHANNEL",
     "TUNE_WORKER_SESSION",
