@@ -6,7 +6,6 @@ hold no SQL. Each claim's handle carries this manager, so its writes come back h
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -451,8 +450,7 @@ class JobManager(models.Manager["Job"]):
         exact = queryset.order_by()[: COUNT_CAP + 1].count()
         if exact <= COUNT_CAP:
             return exact
-        plan = json.loads(queryset.order_by().explain(format="json"))
-        return max(int(plan[0]["Plan"]["Plan Rows"]), exact)
+        return max(db.planned_rows(queryset.order_by()), exact)
 
     # Maintenance (used by the sweeper) -------------------------------------------------
 

@@ -20,6 +20,7 @@ from django.db import DatabaseError
 from django_pgjobs import labels
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.exceptions import InvalidJobOption
+from django_pgjobs.models import QueueControl, Schedule
 
 
 def _limit(text: str) -> int | None:
@@ -72,8 +73,6 @@ class Command(BaseCommand):
             ) from None
 
     def _status(self) -> None:
-        from django_pgjobs.models import QueueControl
-
         rows = [
             (
                 status.queue,
@@ -93,8 +92,6 @@ class Command(BaseCommand):
         self._table(header, rows)
 
     def _pause(self, queues: list[str]) -> None:
-        from django_pgjobs.models import QueueControl
-
         paused = QueueControl.objects.pause(queues)
         self.stdout.write(
             f"Paused {', '.join(paused)}: no worker claims their jobs until resumed "
@@ -102,8 +99,6 @@ class Command(BaseCommand):
         )
 
     def _resume(self, queues: list[str]) -> None:
-        from django_pgjobs.models import QueueControl
-
         resumed = QueueControl.objects.resume(queues)
         if resumed:
             self.stdout.write(f"Resumed {', '.join(resumed)}; workers woken.")
@@ -111,15 +106,11 @@ class Command(BaseCommand):
             self.stdout.write(f"Not paused: {', '.join(queues)}. Nothing to do.")
 
     def _set_limit(self, queue: str, max_running: int | None) -> None:
-        from django_pgjobs.models import QueueControl
-
         changed = QueueControl.objects.set_limit(queue, max_running)
         what = "no limit" if max_running is None else f"at most {max_running} running"
         self.stdout.write(f"{queue}: {what}" + ("." if changed else " (already so)."))
 
     def _schedules(self) -> None:
-        from django_pgjobs.models import Schedule
-
         schedules = list(Schedule.objects.order_by("name"))
         if not schedules:
             self.stdout.write(
