@@ -8,8 +8,12 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError
 
 from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.exceptions import InvalidCron
+from django_pgjobs.models import Job
+from django_pgjobs.schedules import declared_schedules
 
 
 @checks.register(checks.Tags.database, checks.Tags.compatibility)
@@ -57,8 +61,6 @@ def check_router(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
 def _routed() -> bool:
     """True when the configured routers send django_pgjobs' models to PGJOBS['DATABASE']."""
     from django.db import router
-
-    from django_pgjobs.models import Job
 
     return router.db_for_read(Job) == pgjobs_settings.DATABASE and bool(
         router.allow_migrate(pgjobs_settings.DATABASE, "django_pgjobs", model_name="job")
@@ -113,9 +115,6 @@ def check_commands(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 @checks.register(checks.Tags.compatibility)
 def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """pgjobs.E003: every declared schedule is valid (and croniter is installed)."""
-    from django_pgjobs.exceptions import InvalidCron
-    from django_pgjobs.schedules import declared_schedules
-
     try:
         declared_schedules()
     except (InvalidCron, ImproperlyConfigured) as error:
@@ -127,3 +126,70 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
             )
         ]
     return []
+
+
+@checks.register(checks.Tags.security, deploy=True)
+def check_metrics_exposure(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """pgjobs.W010: metrics served to anyone; pgjobs.W011: the worker's metrics bound to
+    another address than loopback without a token."""
+    from django_pgjobs.metrics import is_loopback
+
+    messages: list[checks.CheckMessage] = []
+    if pgjobs_settings.METRICS_PUBLIC is True:
+        messages.append(
+            checks.Warning(
+                "PGJOBS['METRICS_PUBLIC'] is True: anyone who reaches the metrics sees your "
+                "queue names, job kinds and counts, and each scrape costs the database.",
+                hint="Set PGJOBS['METRICS_TOKEN'] and send it from Prometheus "
+                "(authorization: credentials), then remove METRICS_PUBLIC.",
+                id="pgjobs.W010",
+            )
+        )
+    addr = pgjobs_settings.METRICS_ADDR
+    if isinstance(addr, str) and not is_loopback(addr) and not pgjobs_settings.METRICS_TOKEN:
+        messages.append(
+            checks.Warning(
+                f"PGJOBS['METRICS_ADDR'] is {addr!r} and no METRICS_TOKEN is set: a worker's "
+                "metrics would be open to the network (runjobs refuses to serve them so "
+                "unless METRICS_PUBLIC is set).",
+                hint="Set PGJOBS['METRICS_TOKEN'], or bind 127.0.0.1.",
+                id="pgjobs.W011",
+            )
+        )
+    return messages
+
+
+@checks.register(checks.Tags.security, checks.Tags.database, deploy=True)
+def check_database_role(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """pgjobs.W012: the jobs database's role can do more than read and write rows."""
+    from django_pgjobs.db.connection import role_privileges
+
+    alias = pgjobs_settings.DATABASE
+    if not databases or alias not in databases:
+        return []  # Django asks the database only when a check runs with --database
+    try:
+        name, superuser, create_role, create_db = role_privileges(alias)
+    except DatabaseError:
+        return []  # pgjobs.E001 and migrate report an unreachable database
+    powers = [
+        power
+        for power, held in (
+            ("is a superuser", superuser),
+            ("can create roles", create_role),
+            ("can create databases", create_db),
+        )
+        if held
+    ]
+    if not powers:
+        return []
+    return [
+        checks.Warning(
+            f"The jobs database's role {name!r} {', '.join(powers)}: a worker needs only to "
+            "read and write the rows of the app's tables.",
+            hint="Run workers and the web process as a role with only those grants (see "
+            "docs/security.md, 'A least-privilege role'); keep the owner role for migrate.",
+            id="pgjobs.W012",
+        )
+    ]

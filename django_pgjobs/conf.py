@@ -99,6 +99,18 @@ class Settings:
     #: LISTEN. None: connect as the jobs database's settings say.
     LISTEN_DSN: str | None = None
 
+    # Metrics
+    #: The secret a scraper of the metrics sends: `Authorization: Bearer <token>`, or
+    #: basic auth with the token as the password. None: only staff sessions may read them.
+    METRICS_TOKEN: str | None = None
+    #: Serve the metrics to anyone (no token, no login). A system check warns about it.
+    METRICS_PUBLIC: bool = False
+    #: Seconds a scrape's answer is reused, so that a flood of scrapes costs the database
+    #: one overview per interval.
+    METRICS_CACHE: float = 5.0
+    #: `runjobs --metrics-addr` default: the address the worker's metrics server binds.
+    METRICS_ADDR: str = "127.0.0.1"
+
     # Limits
     #: Largest payload accepted, in bytes of its JSON text.
     MAX_PAYLOAD_BYTES: int = 1_048_576
@@ -228,7 +240,18 @@ class Settings:
                 "PGJOBS['LISTEN_DSN'] must be a connection string (or None), "
                 f"not {self.LISTEN_DSN!r}."
             )
-        for name in ("NOTIFY", "PREPARE", "ASYNC_BOOKKEEPING", "SCHEDULER"):
+        token = self.METRICS_TOKEN
+        if token is not None and (not isinstance(token, str) or len(token) < 16):
+            raise ImproperlyConfigured(
+                "PGJOBS['METRICS_TOKEN'] must be a string of at least 16 characters (or "
+                "None): generate one with python -c 'import secrets; "
+                "print(secrets.token_urlsafe())'."
+            )
+        if not isinstance(self.METRICS_ADDR, str) or not self.METRICS_ADDR:
+            raise ImproperlyConfigured("PGJOBS['METRICS_ADDR'] must be an address to bind.")
+        if seconds(self.METRICS_CACHE, "PGJOBS['METRICS_CACHE']") < 0:
+            raise ImproperlyConfigured("PGJOBS['METRICS_CACHE'] must not be negative.")
+        for name in ("NOTIFY", "PREPARE", "ASYNC_BOOKKEEPING", "SCHEDULER", "METRICS_PUBLIC"):
             if not isinstance(getattr(self, name), bool):
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be True or False.")
         for name in ("MAX_PAYLOAD_BYTES", "ERRORS_KEPT", "SWEEP_BATCH", "CONCURRENCY"):

@@ -19,20 +19,35 @@ runnable, scheduled, running or dead, and `pgjobs_oldest_runnable_seconds{queue}
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hmac
 import logging
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 from django.dispatch import Signal
 
 from django_pgjobs import signals
-from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.conf import pgjobs_settings, seconds
+from django_pgjobs.models import Job
 
 try:
-    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+    from prometheus_client import (
+        CONTENT_TYPE_LATEST,
+        REGISTRY,
+        CollectorRegistry,
+        Counter,
+        Histogram,
+        generate_latest,
+    )
     from prometheus_client.core import GaugeMetricFamily
     from prometheus_client.registry import Collector
 except ImportError as error:  # pragma: no cover - the test extra installs it
@@ -127,8 +142,6 @@ class QueueGauges(Collector):
         self.close_connection = close_connection
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from django_pgjobs.models import Job
-
         alias = self.using or pgjobs_settings.DATABASE
         jobs = GaugeMetricFamily(
             "pgjobs_jobs",
@@ -175,9 +188,105 @@ def install(*, gauges: bool = True, close_connection: bool = False) -> JobMetric
         return _installed
 
 
-def serve(port: int, addr: str = "0.0.0.0") -> None:
-    """Install the metrics and serve them over HTTP on `addr:port`, in a daemon thread."""
-    from prometheus_client import start_http_server
+def token_accepted(authorization: str | None) -> bool:
+    """Whether an Authorization header carries PGJOBS["METRICS_TOKEN"]: as a bearer token,
+    or as the password of basic auth (any user name). Compared in constant time."""
+    token = pgjobs_settings.METRICS_TOKEN
+    if not token or not authorization:
+        return False
+    scheme, _, credentials = authorization.strip().partition(" ")
+    if scheme.lower() == "bearer":
+        given = credentials.strip()
+    elif scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(credentials.strip(), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        given = decoded.partition(":")[2]
+    else:
+        return False
+    return hmac.compare_digest(given.encode("utf-8", "replace"), token.encode("utf-8"))
 
+
+class ScrapeCache:
+    """The answer to the last scrape, reused for PGJOBS["METRICS_CACHE"] seconds: a flood
+    of scrapes costs the database one overview per interval."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.registry = registry
+        self._lock = threading.Lock()
+        self._body = b""
+        self._fresh_until = 0.0
+
+    def forget(self) -> None:
+        """Make the next scrape read afresh."""
+        with self._lock:
+            self._fresh_until = 0.0
+
+    def body(self) -> bytes:
+        with self._lock:
+            now = time.monotonic()
+            if now >= self._fresh_until:
+                self._body = generate_latest(self.registry)
+                self._fresh_until = now + seconds(pgjobs_settings.METRICS_CACHE, "METRICS_CACHE")
+            return self._body
+
+
+#: The scrapes of this process.
+scrapes = ScrapeCache()
+
+#: Addresses that only this host reaches.
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def is_loopback(addr: str) -> bool:
+    return addr in LOOPBACK or addr.startswith("127.")
+
+
+def serve(port: int, addr: str = "127.0.0.1") -> None:
+    """Install the metrics and serve them over HTTP on `addr:port`, in a daemon thread.
+
+    With PGJOBS["METRICS_TOKEN"] every scrape must carry it. Without one, a loopback
+    address is its own access control; another address needs METRICS_PUBLIC.
+
+    Raises:
+        ImproperlyConfigured: a non-loopback address with neither a token nor
+            METRICS_PUBLIC.
+        OSError: the port cannot be bound.
+    """
+    token = pgjobs_settings.METRICS_TOKEN
+    public = pgjobs_settings.METRICS_PUBLIC
+    if not token and not public and not is_loopback(addr):
+        raise ImproperlyConfigured(
+            f"Serving the metrics on {addr} would show them to anyone who reaches it: set "
+            "PGJOBS['METRICS_TOKEN'] (and the same token in Prometheus' scrape config), "
+            "bind 127.0.0.1, or set PGJOBS['METRICS_PUBLIC'] = True to mean it."
+        )
     install(close_connection=True)
-    start_http_server(port, addr)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        if token and not token_accepted(environ.get("HTTP_AUTHORIZATION")):
+            start_response(
+                "401 Unauthorized",
+                [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Bearer realm="pgjobs"')],
+            )
+            return [b"The metrics need PGJOBS['METRICS_TOKEN'] as a bearer token.\n"]
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
+        return [scrapes.body()]
+
+    server = make_server(addr, port, app, _ThreadingServer, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="pgjobs-metrics", daemon=True).start()
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: Any) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, handler)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # scrapes are not news
+        return

@@ -13,8 +13,14 @@ from django_pgjobs.testing.localdb import database_settings
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-not-a-secret")
-DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
-ALLOWED_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
+# Off unless asked for: DJANGO_DEBUG=1 python manage.py runserver (it also serves the
+# admin's static files then).
+DEBUG = os.environ.get("DJANGO_DEBUG") == "1"
+ALLOWED_HOSTS = [
+    host.strip()
+    for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
+    if host.strip()
+]
 USE_TZ = True
 TIME_ZONE = "UTC"
 

@@ -1,7 +1,8 @@
 """One page to trigger every flow of the example, and see where things stand."""
 
+from django import forms
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -30,9 +31,40 @@ def home(request: HttpRequest) -> HttpResponse:
     )
 
 
+class SessionForm(forms.Form):
+    name = forms.CharField(max_length=100, required=False)
+
+
+class DocumentForm(forms.Form):
+    collection = forms.CharField(max_length=100, required=False)
+    title = forms.CharField(max_length=200, required=False)
+    text = forms.CharField(max_length=100_000, required=False)
+
+
+class EntryForm(forms.Form):
+    session_id = forms.IntegerField(min_value=1, max_value=2**63 - 1, required=False)
+    subsystem = forms.CharField(max_length=50, required=False)
+    body = forms.CharField(max_length=100_000, required=False)
+
+
+class PurgeForm(forms.Form):
+    # Each old event is a row made inside the request: keep a request a request.
+    old_events = forms.IntegerField(min_value=0, max_value=10_000, required=False)
+    batch = forms.IntegerField(min_value=1, max_value=10_000, required=False)
+
+
+def _refused(form: forms.Form) -> HttpResponse:
+    """400, saying what is wrong with each field."""
+    problems = "; ".join(f"{name}: {' '.join(errors)}" for name, errors in form.errors.items())
+    return HttpResponseBadRequest(f"Bad input: {problems}\n", content_type="text/plain")
+
+
 @require_POST
 def create_session(request: HttpRequest) -> HttpResponse:
-    session = open_session(request.POST.get("name") or "session")
+    form = SessionForm(request.POST)
+    if not form.is_valid():
+        return _refused(form)
+    session = open_session(form.cleaned_data["name"] or "session")
     messages.success(request, f"Session {session.id} created; its provision job is queued.")
     return redirect("home")
 
@@ -46,10 +78,13 @@ def delete_session(request: HttpRequest, session_id: int) -> HttpResponse:
 
 @require_POST
 def create_document(request: HttpRequest) -> HttpResponse:
+    form = DocumentForm(request.POST)
+    if not form.is_valid():
+        return _refused(form)
     document = add_document(
-        request.POST.get("collection") or "handbook",
-        request.POST.get("title") or "untitled",
-        request.POST.get("text") or "",
+        form.cleaned_data["collection"] or "handbook",
+        form.cleaned_data["title"] or "untitled",
+        form.cleaned_data["text"],
     )
     messages.success(request, f"Document {document.id} stored; its collection will be ingested.")
     return redirect("home")
@@ -57,16 +92,21 @@ def create_document(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 def write_entry(request: HttpRequest) -> HttpResponse:
-    session_id = int(request.POST.get("session_id") or 1)
-    subsystem = request.POST.get("subsystem") or "memory"
-    write(session_id, subsystem, request.POST.get("body") or "")
+    form = EntryForm(request.POST)
+    if not form.is_valid():
+        return _refused(form)
+    subsystem = form.cleaned_data["subsystem"] or "memory"
+    write(form.cleaned_data["session_id"] or 1, subsystem, form.cleaned_data["body"])
     messages.success(request, f"Entry written; the {subsystem} replay is (re)scheduled.")
     return redirect("home")
 
 
 @require_POST
 def purge(request: HttpRequest) -> HttpResponse:
-    log_events(int(request.POST.get("old_events") or 0), age_days=40)
-    schedule_purge(batch=int(request.POST.get("batch") or 100))
+    form = PurgeForm(request.POST)
+    if not form.is_valid():
+        return _refused(form)
+    log_events(form.cleaned_data["old_events"] or 0, age_days=40)
+    schedule_purge(batch=form.cleaned_data["batch"] or 100)
     messages.success(request, "Old events logged and a purge queued.")
     return redirect("home")

@@ -69,9 +69,12 @@ TEMPLATES = [
 ]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 PGJOBS: dict[str, Any] = {"QUEUES": {"slow": {"LEASE": 120, "MAX_ATTEMPTS": 3, "BACKOFF_BASE": 2}}}
-# Workers the suite starts behind PgBouncer (tests/test_pgbouncer.py) are told so here.
+# Workers the suite starts behind PgBouncer (tests/processes/test_pgbouncer.py) are told so here.
 if os.environ.get("PGJOBS_PREPARE") == "0":
     PGJOBS["PREPARE"] = False
+# Workers the security tests start with a metrics token are given it here.
+if os.environ.get("PGJOBS_METRICS_TOKEN"):
+    PGJOBS["METRICS_TOKEN"] = os.environ["PGJOBS_METRICS_TOKEN"]
 if os.environ.get("PGJOBS_LISTEN_DSN"):
     PGJOBS["LISTEN_DSN"] = os.environ["PGJOBS_LISTEN_DSN"]
 LOGGING = {

@@ -47,10 +47,24 @@ def estimate(statement: str, params: Mapping[str, Any], using: str | None) -> in
     return int(document[0]["Plan"]["Plan Rows"])
 
 
+def planned_rows(queryset: Any) -> int:
+    """The planner's estimate of a queryset's rows (its EXPLAIN), for counts too big to
+    count."""
+    plan = json.loads(queryset.explain(format="json"))
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
 def clock(using: str | None) -> datetime:
     """The database's time at this instant (S22): not at the start of the transaction."""
     [(now,)] = fetchall(sql.DATABASE_CLOCK, {}, using)
     return now  # type: ignore[no-any-return]
+
+
+def role_privileges(using: str | None) -> tuple[str, bool, bool, bool]:
+    """(role name, superuser, may create roles, may create databases) of the current
+    role on the alias."""
+    [(name, superuser, create_role, create_db)] = fetchall(sql.ROLE_PRIVILEGES, {}, using)
+    return str(name), bool(superuser), bool(create_role), bool(create_db)
 
 
 def in_transaction(using: str | None) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from django.test import Client
+from django.test import Client, override_settings
 from prometheus_client import CollectorRegistry
 
 from django_pgjobs.metrics import JobMetrics, QueueGauges
@@ -68,9 +68,13 @@ def test_queue_gauges_are_read_from_the_database_at_each_scrape() -> None:
     assert sample(registry, "pgjobs_oldest_runnable_seconds", queue="mail") >= 0
 
 
-def test_the_view_serves_the_gauges_to_an_anonymous_scraper(client: Client) -> None:
+TOKEN = "a-scrape-token-of-some-length"
+
+
+@override_settings(PGJOBS={"METRICS_TOKEN": TOKEN, "METRICS_CACHE": 0})
+def test_the_view_serves_the_gauges_to_a_scraper_with_the_token(client: Client) -> None:
     Job.objects.enqueue("demo.t", queue="viewed")
-    response = client.get("/metrics/pgjobs")
+    response = client.get("/metrics/pgjobs", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")
     assert 'pgjobs_jobs{queue="viewed",state="runnable"} 1.0' in response.content.decode()

@@ -36,3 +36,11 @@ FROM (
     LIMIT %(limit)s
 ) AS chosen
 """
+
+ROLE_PRIVILEGES = """
+-- What the current role may do beyond reading and writing rows: superuser, create
+-- roles, create databases (a deploy check wants none of them for the jobs' role).
+SELECT rolname, rolsuper, rolcreaterole, rolcreatedb
+FROM pg_roles
+WHERE rolname = current_user
+"""

@@ -14,6 +14,7 @@ from django.db import DatabaseError, OperationalError, ProgrammingError, connect
 
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.exceptions import InvalidJobOption
+from django_pgjobs.models import Job
 from django_pgjobs.worker import Worker, WorkerStats, default_queues
 
 #: Tries of the database check at start, and the pause between two.
@@ -164,8 +165,9 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--metrics-addr",
-            default="0.0.0.0",
-            help="Address the metrics server listens on (default 0.0.0.0).",
+            help="Address the metrics server listens on (default PGJOBS['METRICS_ADDR'], "
+            f"{pgjobs_settings.METRICS_ADDR}). Another address needs PGJOBS['METRICS_TOKEN'] "
+            "or PGJOBS['METRICS_PUBLIC'].",
         )
         parser.add_argument(
             "--no-schedules",
@@ -185,7 +187,8 @@ class Command(BaseCommand):
         queues = options["queues"] or default_queues()
         self._check_database(queues)
         if options["metrics_port"]:
-            self._serve_metrics(options["metrics_port"], options["metrics_addr"])
+            addr = options["metrics_addr"] or pgjobs_settings.METRICS_ADDR
+            self._serve_metrics(options["metrics_port"], addr)
         status = None if options["no_status"] else StatusLine(sys.stderr)
         try:
             worker = Worker(
@@ -217,8 +220,6 @@ class Command(BaseCommand):
         A connection cut while the check runs (a restart, pg_terminate_backend) is tried
         again, START_CHECKS times in all, as the worker's loop would.
         """
-        from django_pgjobs.models import Job
-
         for attempt in range(1, START_CHECKS + 1):
             try:
                 Job.objects.next_due_in(queues)

@@ -45,7 +45,8 @@ class Command(BaseCommand):
         worker, took = self.work(options["concurrency"], options["timeout"])
         self.summarise(worker, took)
         self.stdout.write(
-            "\nOpen the admin:  python manage.py runserver  then  http://127.0.0.1:8000/admin/"
+            "\nOpen the admin:  DJANGO_DEBUG=1 python manage.py runserver  then  "
+            "http://127.0.0.1:8000/admin/"
         )
         if credentials:
             self.stdout.write(f"  user: {credentials[0]}  password: {credentials[1]}")
