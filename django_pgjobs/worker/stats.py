@@ -7,7 +7,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from django_pgjobs.claims import DEAD, LOST, RETRIED, SUCCEEDED, Outcome
+from django_pgjobs.claims import LOST, RETRIED, SUCCEEDED, Outcome, Verdict
 from django_pgjobs.models import JobStats
 
 logger = logging.getLogger("django_pgjobs.worker")
@@ -47,11 +47,14 @@ class MinuteCounts:
         self._next_at = time.monotonic() + STATS_INTERVAL_S
 
     def count(self, outcome: Outcome) -> None:
-        ended = outcome.ending
+        # An ack is most outcomes: counted without working out how the run ended.
+        ended = SUCCEEDED if outcome.verdict is Verdict.ACK else outcome.ending
         if ended == LOST:
             return
-        counts = self._counts.setdefault(outcome.handle.queue, [0, 0, 0])
-        counts[(SUCCEEDED, RETRIED, DEAD).index(ended)] += 1
+        counts = self._counts.get(outcome.handle.queue)
+        if counts is None:
+            counts = self._counts[outcome.handle.queue] = [0, 0, 0]
+        counts[0 if ended == SUCCEEDED else 1 if ended == RETRIED else 2] += 1
 
     def write(self, now: float, *, final: bool = False) -> None:
         """Write the counts if they are due (`final`: whatever the time)."""
