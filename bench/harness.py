@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -135,8 +136,11 @@ class WorkerProcess:
 
     def drain_window(self) -> tuple[float, float] | None:
         """(first claim, last recorded outcome) from the worker's closing log line."""
-        match = re.search(r"first_claim_at=([\d.]+) last_recorded_at=([\d.]+)", self.output())
-        return (float(match.group(1)), float(match.group(2))) if match else None
+        match = re.search(r"first_claim_at=(\S+) last_recorded_at=(\S+)", self.output())
+        if not match or "-" in (match.group(1), match.group(2)):
+            return None
+        first, last = (datetime.fromisoformat(match.group(n)).timestamp() for n in (1, 2))
+        return first, last
 
     def cleanup(self) -> None:
         self.kill()

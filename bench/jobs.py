@@ -10,8 +10,8 @@ from django_pgjobs.claims import JobHandle
 
 
 @job(name="bench.noop")
-def noop() -> None:
-    """Nothing at all: the queue's own cost."""
+def noop(**payload: Any) -> None:
+    """Nothing at all: the queue's own cost (whatever payload the benchmark sends)."""
 
 
 @job(name="bench.stamp")

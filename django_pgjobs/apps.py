@@ -15,21 +15,12 @@ class PgJobsConfig(AppConfig):
         from django.utils.module_loading import autodiscover_modules
 
         from django_pgjobs import checks  # noqa: F401  (registers the system checks)
+        from django_pgjobs.conf import pgjobs_settings
 
         # Register every app's jobs.py, so that the decorator defaults of a kind (S2)
         # apply wherever it is enqueued, and so that workers know every kind.
         autodiscover_modules("jobs")
-        if _uses_tasks_backend():
+        if pgjobs_settings.tasks_backends():
             # django.tasks has no registry of its own: a task is known once its module is
             # imported. Workers run only known kinds, so load every app's tasks.py.
             autodiscover_modules("tasks")
-
-
-def _uses_tasks_backend() -> bool:
-    from django.conf import settings
-
-    configured = getattr(settings, "TASKS", None) or {}
-    return any(
-        isinstance(params, dict) and params.get("BACKEND") == "django_pgjobs.backend.PgJobsBackend"
-        for params in configured.values()
-    )

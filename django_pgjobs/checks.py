@@ -193,3 +193,22 @@ def check_database_role(
             id="pgjobs.W012",
         )
     ]
+
+
+@checks.register(checks.Tags.compatibility, deploy=True)
+def check_strict_kinds(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """pgjobs.I001: whether an enqueue of a kind this process has no handler for is
+    refused (PGJOBS['STRICT_KINDS']) or accepted with a warning."""
+    if pgjobs_settings.STRICT_KINDS is True:
+        text = (
+            "PGJOBS['STRICT_KINDS'] is on: an enqueue of a kind this process has no handler "
+            "for is refused (InvalidKind)."
+        )
+        hint = "Turn it off if another service's workers own kinds you enqueue by name."
+    else:
+        text = (
+            "PGJOBS['STRICT_KINDS'] is off: an enqueue of a kind this process has no handler "
+            "for is accepted, with a warning once per kind."
+        )
+        hint = "Turn it on when every kind you enqueue is registered where you enqueue it."
+    return [checks.Info(text, hint=hint, id="pgjobs.I001")]

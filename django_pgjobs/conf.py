@@ -17,6 +17,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
 DAY = 86_400
+#: The django.tasks backend of django_pgjobs, as TASKS names it.
+TASKS_BACKEND = "django_pgjobs.backend.PgJobsBackend"
 #: The largest MAX_PAYLOAD_BYTES accepted: half of what one jsonb value may hold.
 MAX_PAYLOAD_BYTES_LIMIT = 128 * 1024 * 1024
 
@@ -66,6 +68,9 @@ class Settings:
     SCHEDULES: dict[str, dict[str, Any]] = {}
     #: Run the schedules in every worker (each tick still enqueues one job in all).
     SCHEDULER: bool = True
+    #: Refuse to enqueue a kind this process has no handler for (False: accept it, and
+    #: warn once per kind: another service's workers may own it).
+    STRICT_KINDS: bool = False
 
     # Queue options (overridable per queue)
     #: Priority of a job whose enqueue and decorator give none (-100..100, higher first).
@@ -168,6 +173,17 @@ class Settings:
                 limits[queue] = limit
         return limits
 
+    def tasks_backends(self) -> list[dict[str, Any]]:
+        """The parameters of each TASKS backend that is django_pgjobs' (django.tasks)."""
+        configured = getattr(django_settings, "TASKS", None) or {}
+        if not isinstance(configured, dict):
+            return []
+        return [
+            params
+            for params in configured.values()
+            if isinstance(params, dict) and params.get("BACKEND") == TASKS_BACKEND
+        ]
+
     def default_options(self) -> QueueOptions:
         """Return the options of a queue that has no entry in `QUEUES`."""
         return self._resolve_options({}, "PGJOBS['QUEUES']")
@@ -251,7 +267,14 @@ class Settings:
             raise ImproperlyConfigured("PGJOBS['METRICS_ADDR'] must be an address to bind.")
         if seconds(self.METRICS_CACHE, "PGJOBS['METRICS_CACHE']") < 0:
             raise ImproperlyConfigured("PGJOBS['METRICS_CACHE'] must not be negative.")
-        for name in ("NOTIFY", "PREPARE", "ASYNC_BOOKKEEPING", "SCHEDULER", "METRICS_PUBLIC"):
+        for name in (
+            "NOTIFY",
+            "PREPARE",
+            "ASYNC_BOOKKEEPING",
+            "SCHEDULER",
+            "METRICS_PUBLIC",
+            "STRICT_KINDS",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be True or False.")
         for name in ("MAX_PAYLOAD_BYTES", "ERRORS_KEPT", "SWEEP_BATCH", "CONCURRENCY"):

@@ -8,6 +8,7 @@ database: a `ResolvedJob` is what the manager then writes in one statement.
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 import re
@@ -19,6 +20,8 @@ from typing import Any, Final, NamedTuple
 from django_pgjobs import exceptions, registry
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.payloads import JSON_ENCODER, encode_payload
+
+logger = logging.getLogger("django_pgjobs.enqueue")
 
 QUEUE_NAME_MAX_LENGTH: Final = 100
 KIND_MAX_LENGTH: Final = 200
@@ -197,6 +200,9 @@ class BatchResolver:
 
     def __init__(self) -> None:
         self._resolved: dict[tuple[Any, ...], tuple[ResolvedJob, str]] = {}
+        #: (kind, the payload's argument names) found to fit the kind's handler (S28):
+        #: the payloads of a batch mostly share a shape, bound to the signature once.
+        self._fitting: set[tuple[str, tuple[str, ...]]] = set()
 
     def resolve(self, job: Any) -> tuple[ResolvedJob, str]:
         """Return the job resolved and its JSON row, or raise InvalidJobOption."""
@@ -224,7 +230,12 @@ class BatchResolver:
         except TypeError:  # an unhashable option, which resolving rejects
             template, head = self._template(given)
         key = validate_key(job.get("key"))
-        payload_json = encode_payload(job.get("payload"))
+        payload = job.get("payload")
+        payload_json = encode_payload(payload)
+        shape = (template.kind, tuple(payload) if payload else ())
+        if shape not in self._fitting:
+            fit_payload(template.kind, payload)
+            self._fitting.add(shape)
         # The template with this job's key and payload (fields 2 and 3).
         resolved = ResolvedJob(template[0], template[1], key, payload_json, *template[4:])
         return resolved, resolved.as_json_row(head)
@@ -235,7 +246,55 @@ class BatchResolver:
         kind = values.pop("kind")
         defaults = registry.decorator_defaults(kind) if isinstance(kind, str) else None
         template = resolve_job(kind, defaults=defaults, **values)
+        known_kind(template.kind)
         return template, template.json_head()
+
+
+#: Kinds this process was asked to enqueue without a handler of them (warned once each).
+_unknown_kinds: set[str] = set()
+
+
+def fit_payload(kind: str, payload: Any) -> None:
+    """Refuse a payload that does not fit the handler this process has for `kind` (S28);
+    a kind without a handler here is left to `known_kind`.
+
+    Raises:
+        InvalidPayload: naming the argument; nothing is written.
+    """
+    definition = registry.get_definition(kind)
+    if definition is None:
+        return
+    misfit = definition.misfit({} if payload is None else payload)
+    if misfit is not None:
+        raise exceptions.InvalidPayload(f"{misfit[0].upper()}{misfit[1:]}. Nothing was written.")
+
+
+def known_kind(kind: str) -> None:
+    """Accept a kind this process has no handler for (another service's workers may own
+    it), warning once per kind with the closest registered names; PGJOBS["STRICT_KINDS"]
+    refuses it instead.
+
+    Raises:
+        InvalidKind: an unknown kind under STRICT_KINDS; nothing is written.
+    """
+    if registry.get_definition(kind) is not None:
+        return
+    close = registry.closest_kinds(kind)
+    guess = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+    if pgjobs_settings.STRICT_KINDS:
+        raise exceptions.InvalidKind(
+            f"No job is registered as {kind!r} in this process, and PGJOBS['STRICT_KINDS'] "
+            f"refuses unknown kinds.{guess}"
+        )
+    if kind not in _unknown_kinds:
+        _unknown_kinds.add(kind)
+        logger.warning(
+            "enqueued a job of kind %r, which this process has no handler for: fine if "
+            "another service's workers own it, else a typo.%s (Warned once per kind; "
+            "PGJOBS['STRICT_KINDS'] = True refuses unknown kinds.)",
+            kind,
+            guess,
+        )
 
 
 #: Names already found valid: most enqueues name a handful of queues and kinds.

@@ -5,6 +5,8 @@ A worker runs only registered kinds; it never imports a path read from a row.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import inspect
 import threading
 from collections.abc import Callable
@@ -37,6 +39,13 @@ class JobDefinition:
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.func)
 
+    def misfit(self, payload: object) -> str | None:
+        """Why `payload` cannot be this handler's keyword arguments, if it cannot (S28):
+        "payload does not fit the handler of <kind>: missing a required argument: 'x'"."""
+        if not isinstance(payload, dict):
+            return f"payload is not a JSON object: {type(payload).__name__}"
+        return _misfit_of_names(self.func, self.takes_context, self.kind, frozenset(payload))
+
 
 _definitions: dict[str, JobDefinition] = {}
 _lock = threading.Lock()
@@ -61,6 +70,25 @@ def register(definition: JobDefinition) -> JobDefinition:
             )
         _definitions[definition.kind] = definition
         return definition
+
+
+@functools.lru_cache(maxsize=4096)
+def _misfit_of_names(
+    func: Callable[..., Any], takes_context: bool, kind: str, names: frozenset[str]
+) -> str | None:
+    """The misfit of a payload with these keys: binding depends on the names alone, so a
+    batch of payloads of one shape is bound once."""
+    context = (None,) if takes_context else ()
+    try:
+        inspect.signature(func).bind(*context, **dict.fromkeys(names))
+    except TypeError as error:
+        return f"payload does not fit the handler of {kind}: {error}"
+    return None
+
+
+def closest_kinds(kind: str) -> list[str]:
+    """The registered kinds that look most like `kind` (a typo's likely meaning)."""
+    return difflib.get_close_matches(kind, list(_definitions), n=2, cutoff=0.8)
 
 
 def unregister(kind: str) -> None:

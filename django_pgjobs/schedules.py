@@ -221,10 +221,40 @@ def validate_timezone(name: Any) -> str:
 
 
 def next_tick(expression: str, timezone: str, after: datetime) -> datetime:
-    """The first tick strictly after `after`, in UTC."""
+    """The first tick strictly after `after`, in UTC (see `runs_at_wall_time`)."""
     zone = zoneinfo.ZoneInfo(timezone)
-    tick = _croniter()(expression, after.astimezone(zone)).get_next(datetime)
-    return tick.astimezone(UTC)  # type: ignore[no-any-return]
+    walker = _croniter()(expression, after.astimezone(zone))
+    while True:
+        tick = walker.get_next(datetime)
+        if not _second_time_round(expression, tick):
+            return tick.astimezone(UTC)  # type: ignore[no-any-return]
+
+
+def runs_at_wall_time(expression: str) -> bool:
+    """Whether a schedule runs once per local wall-clock tick across a change of the
+    clocks: every expression with fixed hours ("30 2 * * *", "0 9,17 * * 1-5").
+
+    The rule, as cron's own: when the clocks go back, a fixed-hour tick whose local time
+    happens twice runs at its first occurrence only; when they go forward, one whose
+    local time does not exist runs once, at the moment the clocks jump (03:00 for a
+    02:30 tick in Europe/Paris). An expression whose hour field has a `*` ("*/15 * * *
+    *", "0 */2 * * *") keeps to real time instead: its ticks in a repeated hour run both
+    times round, as they are real intervals. Use timezone UTC to have no change at all.
+    """
+    if expression.startswith("@"):
+        return expression != "@hourly"  # @daily, @weekly, @monthly, @yearly: at 00:00
+    return "*" not in expression.split(" ")[1]
+
+
+def _second_time_round(expression: str, tick: datetime) -> bool:
+    """Whether `tick` (aware, local) is the second occurrence of a repeated local time
+    of a schedule that runs at wall-clock times."""
+    first = tick.replace(fold=0)
+    second = tick.replace(fold=1)
+    if first.utcoffset() == second.utcoffset():  # an ordinary local time
+        return False
+    repeated = tick.utcoffset() == second.utcoffset()
+    return repeated and runs_at_wall_time(expression)
 
 
 def due_ticks(
@@ -246,8 +276,10 @@ def due_ticks(
     walker = _croniter()(expression, (now + timedelta(microseconds=1)).astimezone(zone))
     ticks: list[datetime] = []
     while len(ticks) < limit:
-        tick = walker.get_prev(datetime).astimezone(UTC)
+        local = walker.get_prev(datetime)
+        tick = local.astimezone(UTC)
         if tick < due:
             break
-        ticks.append(tick)
+        if not _second_time_round(expression, local):
+            ticks.append(tick)
     return list(reversed(ticks)) or [due]

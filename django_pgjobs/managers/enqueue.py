@@ -38,6 +38,8 @@ def enqueue_one(
     on_conflict = options.validate_conflict_mode(on_conflict)
     defaults = registry.decorator_defaults(kind) if isinstance(kind, str) else None
     resolved = options.resolve_job(kind, payload, defaults=defaults, **given)
+    options.known_kind(resolved.kind)
+    options.fit_payload(resolved.kind, payload)
     params = {**resolved.as_params(), **wake_params()}
     if resolved.key is None:
         (row,) = fetchall(sql.INSERT_JOB, params, using)

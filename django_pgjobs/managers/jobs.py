@@ -445,6 +445,12 @@ class JobManager(models.Manager["Job"]):
             )
         return overview
 
+    def busy_in(self, queues: Sequence[str], *, using: str | None = None) -> int:
+        """How many jobs of `queues` can run now or are running."""
+        names = options.validate_queue_names(queues)
+        ((busy,),) = db.fetchall(sql.BUSY_JOBS, {"queues": names}, using)
+        return int(busy)
+
     def capped_count(self, queryset: models.QuerySet[Any]) -> int:
         """Count a queryset's rows up to COUNT_CAP; past it, return the planner's estimate."""
         exact = queryset.order_by()[: COUNT_CAP + 1].count()

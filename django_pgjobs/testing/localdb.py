@@ -10,6 +10,7 @@ has its permissions touched.
 
     python -m django_pgjobs.testing.localdb start .pgdata   # start (or reuse), print its URL
     python -m django_pgjobs.testing.localdb stop .pgdata    # stop it
+    python -m django_pgjobs.testing.localdb where .pgdata   # print where its data lives
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import importlib.util
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -84,8 +86,10 @@ class EmbeddedPostgres:
 
     Args:
         base: the directory for the cluster; None makes a temporary one that `stop()`
-            deletes. As root, a given directory is mapped to one under the system
-            temporary directory (the unprivileged account may not reach it).
+            deletes. As root, the server runs as an unprivileged account; if that account
+            cannot reach `base` (it lies inside a 0700 home, say), the cluster lives in
+            `cluster_directory(base)` instead, under /var/tmp, and `base` keeps a note of
+            where (`where` prints it).
         port: the preferred TCP port on 127.0.0.1; another is used if it is taken.
         durable: keep fsync on (a reused development cluster). A temporary test
             cluster runs with fsync off.
@@ -95,12 +99,8 @@ class EmbeddedPostgres:
         self, base: Path | str | None = None, *, port: int | None = None, durable: bool = False
     ) -> None:
         self.temporary = base is None
-        if base is None:
-            base = tempfile.mkdtemp(prefix="embedded-pg-")
-        elif _is_root():
-            tag = hashlib.sha1(str(Path(base).resolve()).encode()).hexdigest()[:12]
-            base = Path(tempfile.gettempdir()) / f"embedded-pg-{tag}"
-        self.base = Path(base).resolve()
+        chosen = tempfile.mkdtemp(prefix="embedded-pg-") if base is None else None
+        self.base = Path(chosen or cluster_directory(base or ".")).resolve()
         self.base.mkdir(parents=True, exist_ok=True)
         self.pgdata = self.base / "data"
         self.port = port
@@ -114,9 +114,7 @@ class EmbeddedPostgres:
             "env": {**os.environ, "LC_ALL": "C", "LANG": "C"},
         }
         if _is_root():
-            import pwd
-
-            account = pwd.getpwnam(os.environ.get("EMBEDDED_PG_USER", DEFAULT_RUN_AS))
+            account = _run_as_account()
             os.chown(self.base, account.pw_uid, account.pw_gid)
             self._run_kwargs.update(user=account.pw_uid, group=account.pw_gid, extra_groups=[])
             self._run_kwargs["env"]["HOME"] = str(self.base)
@@ -231,6 +229,51 @@ class EmbeddedPostgres:
         return target_root / source.name
 
 
+def cluster_directory(base: Path | str) -> Path:
+    """Where the cluster asked for in `base` lives: `base` itself, unless the server's
+    account (as root, EMBEDDED_PG_USER) cannot reach it; then a directory of its own
+    under /var/tmp (kept across reboots, unlike /tmp), named after `base`'s path, and
+    `base/LOCATION` says so."""
+    base = Path(base).resolve()
+    if not _is_root() or _reachable_by(_run_as_account(), base.parent):
+        return base
+    tag = hashlib.sha1(str(base).encode()).hexdigest()[:12]
+    elsewhere = Path("/var/tmp") / f"django-pgjobs-{tag}"
+    base.mkdir(parents=True, exist_ok=True)
+    note = base / "LOCATION"
+    if not note.exists():
+        note.write_text(
+            f"{elsewhere}\n\nThis cluster's data lives there: the account the server runs as "
+            f"cannot reach {base}.\n"
+        )
+    return elsewhere
+
+
+def _run_as_account() -> Any:
+    import pwd
+
+    return pwd.getpwnam(os.environ.get("EMBEDDED_PG_USER", DEFAULT_RUN_AS))
+
+
+def _reachable_by(account: Any, directory: Path) -> bool:
+    """Whether `account` may walk down to `directory` (execute on it and every parent)."""
+    groups = {account.pw_gid, *os.getgrouplist(account.pw_name, account.pw_gid)}
+    for step in [directory, *directory.parents]:
+        try:
+            info = step.stat()
+        except OSError:
+            return False
+        if info.st_uid == account.pw_uid:
+            allowed = info.st_mode & stat.S_IXUSR
+        elif info.st_gid in groups:
+            allowed = info.st_mode & stat.S_IXGRP
+        else:
+            allowed = info.st_mode & stat.S_IXOTH
+        if not allowed:
+            return False
+    return True
+
+
 def ensure_running(base: Path | str, port: int | None = None) -> str:
     """Start the cluster in `base` unless it runs already, and return its URL.
 
@@ -252,13 +295,17 @@ def stop_server(base: Path | str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2 or args[0] not in ("start", "stop"):
-        sys.stderr.write("usage: python -m django_pgjobs.testing.localdb {start|stop} DIRECTORY\n")
+    if len(args) != 2 or args[0] not in ("start", "stop", "where"):
+        sys.stderr.write(
+            "usage: python -m django_pgjobs.testing.localdb {start|stop|where} DIRECTORY\n"
+        )
         return 2
     action, directory = args
     if action == "stop":
         stop_server(directory)
-        sys.stdout.write(f"stopped the PostgreSQL in {directory}\n")
+        sys.stdout.write(f"stopped the PostgreSQL in {cluster_directory(directory)}\n")
+    elif action == "where":
+        sys.stdout.write(f"{cluster_directory(directory)}\n")
     else:
         sys.stdout.write(ensure_running(directory) + "\n")
     return 0

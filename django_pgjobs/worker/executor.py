@@ -14,12 +14,9 @@ handler's effects back (a savepoint) and records the failure in the same transac
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -44,7 +41,13 @@ logger = logging.getLogger("django_pgjobs.jobs")
 
 
 def unknown_kind_error(kind: str) -> str:
-    return f"unknown job kind '{kind}'"
+    """The error of a job whose kind this worker has no handler for (S25): what to do."""
+    close = registry.closest_kinds(kind)
+    guess = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+    return (
+        f"unknown job kind '{kind}': this worker has no handler of that name. After "
+        f"deploying a new kind, restart the workers; otherwise check the spelling{guess}."
+    )
 
 
 class Executor:
@@ -61,7 +64,7 @@ class Executor:
             # A rolling deploy: an older worker meets a newer kind. Never import a stored
             # path; back off and let a worker that knows the kind take it.
             return self._retry(handle, Failure(unknown_kind_error(handle.kind)), None, started)
-        misfit = _misfit(definition, handle.payload)  # a row edited by hand may hold any JSON
+        misfit = definition.misfit(handle.payload)  # a row edited by hand may hold any JSON
         if misfit is not None:
             return self._finish(handle, Verdict.FAIL, started, failure=Failure(misfit))
         logger.debug(
@@ -199,24 +202,6 @@ class Executor:
         _log(outcome)
         signals.run_ended(outcome)
         return outcome
-
-
-def _misfit(definition: JobDefinition, payload: object) -> str | None:
-    """Why `payload` cannot be the handler's arguments, if it cannot: a failure no retry
-    would cure, so the job is dead-lettered at once instead of retried."""
-    if not isinstance(payload, dict):
-        return f"payload is not a JSON object: {type(payload).__name__}"
-    context = (None,) if definition.takes_context else ()
-    try:
-        _signature(definition.func).bind(*context, **payload)
-    except TypeError as error:
-        return f"payload does not fit the handler of {definition.kind}: {error}"
-    return None
-
-
-@functools.lru_cache(maxsize=1024)
-def _signature(function: Callable[..., Any]) -> inspect.Signature:
-    return inspect.signature(function)
 
 
 class ResultNotJson(Exception):

@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Any
 
@@ -48,14 +48,26 @@ def default_worker_id() -> str:
 
 
 def default_queues() -> list[str]:
-    """Every queue this process knows of: the default one, the configured ones, and the
-    queues the registered jobs name."""
-    names = [pgjobs_settings.DEFAULT_QUEUE, *pgjobs_settings.QUEUES]
+    """Every queue this process knows of: the default one, the configured ones
+    (PGJOBS["QUEUES"], and the QUEUES of the TASKS backends that are django_pgjobs'), and
+    the queues the registered jobs and tasks name."""
+    names = [pgjobs_settings.DEFAULT_QUEUE, *pgjobs_settings.QUEUES, *tasks_queues()]
     for kind in registry.registered_kinds():
         definition = registry.get_definition(kind)
         if definition is not None and "queue" in definition.defaults:
             names.append(definition.defaults["queue"])
     return list(dict.fromkeys(names))
+
+
+def tasks_queues() -> list[str]:
+    """The queue names the TASKS backends of django_pgjobs allow (`QUEUES`; Django's
+    default is ["default"], and [] allows any: then the tasks' own names count)."""
+    return [
+        name
+        for params in pgjobs_settings.tasks_backends()
+        for name in params.get("QUEUES", ["default"])
+        if isinstance(name, str)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,8 +250,8 @@ class Worker:
             stats.retried,
             stats.dead,
             stats.lost,
-            f"{stats.first_claim_at:.6f}" if stats.first_claim_at else "-",
-            f"{stats.last_recorded_at:.6f}" if stats.last_recorded_at else "-",
+            _moment(stats.first_claim_at),
+            _moment(stats.last_recorded_at),
         )
         return 0
 
@@ -430,6 +442,13 @@ class Worker:
     def _wait(self, timeout: float) -> None:
         if self.wakeup.wait(timeout, self.options.queues):
             self.pacing.look_again()
+
+
+def _moment(timestamp: float | None) -> str:
+    """A wall-clock moment (time.time()) as an ISO time in UTC, to the microsecond."""
+    if timestamp is None:
+        return "-"
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="microseconds")
 
 
 def _seconds(value: float | timedelta | None, default: float | timedelta) -> float:

@@ -15,6 +15,12 @@ from django_pgjobs.worker import Worker
 from tests import jobs
 from tests.helpers import count, dead_row, execute, row
 
+#: What a worker says of a kind it has no handler for (S25): what to do about it.
+UNKNOWN_KIND_GUIDE = (
+    "this worker has no handler of that name. After deploying a new kind, restart the "
+    "workers; otherwise check the spelling."
+)
+
 
 @pytest.mark.django_db(transaction=True)
 class TestRowsEditedByHand:
@@ -64,13 +70,13 @@ class TestRowsEditedByHand:
         self.drain()
         assert row(job_id, "state", "last_error") == (
             "pending",
-            "unknown job kind 'builtins.eval'",
+            f"unknown job kind 'builtins.eval': {UNKNOWN_KIND_GUIDE}",
         )
         execute("UPDATE pgjobs_job SET run_after = now() WHERE id = %s", [job_id])
         self.drain()
         assert dead_row(job_id, "reason", "last_error") == (
             "max attempts exceeded",
-            "unknown job kind 'builtins.eval'",
+            f"unknown job kind 'builtins.eval': {UNKNOWN_KIND_GUIDE}",
         )
 
     @pytest.mark.parametrize(

@@ -471,7 +471,7 @@ class TestEnqueueManyDocuments:
         from django_pgjobs.managers import enqueue as managers
 
         monkeypatch.setattr(managers, "ENQUEUE_DOCUMENT_BYTES", 10_000)
-        many = [{"kind": "tests.noop", "payload": {"blob": "b" * 2_000, "i": i}} for i in range(20)]
+        many = [{"kind": "demo.blob", "payload": {"blob": "b" * 2_000, "i": i}} for i in range(20)]
         with CaptureQueriesContext(connection) as captured:
             results = Job.objects.enqueue_many(many)
         documents = [
@@ -493,19 +493,19 @@ class TestEnqueueManyDocuments:
         from django_pgjobs.managers import enqueue as managers
 
         monkeypatch.setattr(managers, "ENQUEUE_DOCUMENT_BYTES", 1_000)
-        many = [{"kind": "tests.noop", "payload": {"blob": "b" * 3_000}}] * 3
+        many = [{"kind": "demo.blob", "payload": {"blob": "b" * 3_000}}] * 3
         assert len(Job.objects.enqueue_many(many)) == 3
-        assert count(where="kind = 'tests.noop'") == 3
+        assert count(where="kind = 'demo.blob'") == 3
 
     @pytest.mark.slow
     def test_s27_a_batch_of_many_large_valid_payloads_is_written(self) -> None:
         """300 jobs of 1 MB payloads (each under MAX_PAYLOAD_BYTES): one document of
         300 MB would pass PostgreSQL's 255 MB jsonb limit."""
         blob = "x" * (1_048_576 - 100)
-        many = [{"kind": "tests.noop", "payload": {"blob": blob, "i": i}} for i in range(300)]
+        many = [{"kind": "demo.blob", "payload": {"blob": blob, "i": i}} for i in range(300)]
         results = Job.objects.enqueue_many(many)
         assert len(results) == 300
-        assert count(where="kind = 'tests.noop'") == 300
+        assert count(where="kind = 'demo.blob'") == 300
         assert execute(
             "SELECT min(octet_length(payload::text)), max((payload->>'i')::int) FROM pgjobs_job"
         ) == [(len(blob) + len('{"blob": "", "i": 0}'), 299)]

@@ -3,6 +3,7 @@ heartbeats (S11), unknown kinds (S25)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -151,7 +152,11 @@ class TestOutcomes:
         job_id = Job.objects.enqueue("os.system", {"command": "touch /tmp/pwned"}).id
         drain()
         state, last_error, attempts = row(job_id, "state", "last_error", "attempts")
-        assert (state, last_error, attempts) == ("pending", "unknown job kind 'os.system'", 1)
+        assert (state, attempts) == ("pending", 1)
+        assert last_error == (
+            "unknown job kind 'os.system': this worker has no handler of that name. After "
+            "deploying a new kind, restart the workers; otherwise check the spelling."
+        )
         assert seconds_from_now("run_after", job_id) > 4
 
     def test_a_payload_that_is_not_an_object_dead_letters(self) -> None:
@@ -336,3 +341,17 @@ class TestPrefetch:
         finally:
             jobs.GATES["lease"].set()
         assert notes() == [(waiting, "after the gate", 1)]
+
+
+def test_the_worker_logs_its_drain_window_as_times_not_epoch_seconds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from datetime import datetime
+
+    jobs.noop.enqueue()
+    with caplog.at_level(logging.INFO, logger="django_pgjobs.worker"):
+        drain()
+    stopped = next(r.getMessage() for r in caplog.records if "worker stopped" in r.getMessage())
+    for name in ("first_claim_at", "last_recorded_at"):
+        moment = stopped.split(f"{name}=")[1].split()[0]
+        assert datetime.fromisoformat(moment).tzinfo is not None, stopped

@@ -217,7 +217,9 @@ def test_import_makes_a_modules_kinds_known_to_the_worker(workers: Workers) -> N
     job_id = Job.objects.enqueue("tests.imported", {"text": "hello"}).id
     without = workers.start("--burst")
     assert without.wait(60) == 0, without.output()
-    assert row(job_id, "last_error") == ("unknown job kind 'tests.imported'",)
+    [last_error] = row(job_id, "last_error")
+    assert last_error.startswith("unknown job kind 'tests.imported': this worker has no handler")
+    assert "restart the workers" in last_error
     execute("UPDATE pgjobs_job SET run_after = now() WHERE id = %s", [job_id])
     with_import = workers.start("--burst", "--import", "tests.imported_jobs")
     assert with_import.wait(60) == 0, with_import.output()
@@ -261,3 +263,13 @@ def _url(conninfo_string: str) -> str:
     auth = f"{user}:{parts['password']}@" if "password" in parts else (f"{user}@" if user else "")
     port = f":{parts['port']}" if "port" in parts else ""
     return f"postgresql://{auth}{parts.get('host', '127.0.0.1')}{port}/{parts['dbname']}"
+
+
+def test_a_queue_nothing_names_is_warned_about(workers: Workers) -> None:
+    jobs.record.enqueue(label="served")
+    process = workers.start("--burst", "--queue", "defualt", "--queue", "default")
+    assert process.wait(60) == 0
+    output = process.output()
+    assert "--queue defualt: no registered job or task, setting, job or queue row" in output
+    assert "--queue default:" not in output
+    assert count() == 0

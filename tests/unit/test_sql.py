@@ -117,6 +117,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "THROUGHPUT": {"minutes": 5},
     "PRUNE_STATS": {"limit": 10},
     "ROLE_PRIVILEGES": {},
+    "BUSY_JOBS": {"queues": ["default"]},
     "DATABASE_CLOCK": {},
     "TERMINATE_BACKENDS": {"application_name": "pgjobs-test-nobody", "limit": 1},
     "LOCK_LIMITED_QUEUES": {"queues": ["default"]},

@@ -254,3 +254,10 @@ EXPLAIN (FORMAT JSON)
 SELECT 1 FROM pgjobs_job
 WHERE state = 'pending' AND queue = %(queue)s AND run_after > now()
 """
+
+BUSY_JOBS = """
+-- How many jobs of %(queues)s can run now or are running (a test waits until none).
+SELECT count(*) FROM pgjobs_job AS j
+WHERE j.queue = ANY(%(queues)s::text[])
+  AND (j.state = 'running' OR (j.state = 'pending' AND j.run_after <= now()))
+"""

@@ -14,7 +14,7 @@ from django.db import DatabaseError, OperationalError, ProgrammingError, connect
 
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.exceptions import InvalidJobOption
-from django_pgjobs.models import Job
+from django_pgjobs.models import Job, QueueControl
 from django_pgjobs.worker import Worker, WorkerStats, default_queues
 
 #: Tries of the database check at start, and the pause between two.
@@ -186,6 +186,8 @@ class Command(BaseCommand):
             _import(module)
         queues = options["queues"] or default_queues()
         self._check_database(queues)
+        if options["queues"]:
+            _warn_of_unnamed(queues)
         if options["metrics_port"]:
             addr = options["metrics_addr"] or pgjobs_settings.METRICS_ADDR
             self._serve_metrics(options["metrics_port"], addr)
@@ -258,6 +260,25 @@ class Command(BaseCommand):
         logging.getLogger("django_pgjobs.worker").info(
             "metrics served at http://%s:%s/metrics", addr, port
         )
+
+
+def _warn_of_unnamed(queues: list[str]) -> None:
+    """Warn of a --queue that nothing names: no registered job or task, no setting, no
+    job, dead letter or queue row. Such a worker would wait for nothing (a typo?)."""
+    named = set(default_queues())
+    try:
+        named.update(status.queue for status in QueueControl.objects.status())
+    except DatabaseError:
+        return  # the start check reports an unreachable database
+    for queue in queues:
+        if queue not in named:
+            logging.getLogger("django_pgjobs.worker").warning(
+                "--queue %s: no registered job or task, setting, job or queue row names this "
+                "queue; this worker will wait for jobs nothing sends there (check the "
+                "spelling: known queues are %s)",
+                queue,
+                ", ".join(sorted(named)) or "none",
+            )
 
 
 def _import(module: str) -> None:

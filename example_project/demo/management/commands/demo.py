@@ -4,6 +4,7 @@ until the work is done, and a summary."""
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import sys
 import threading
@@ -28,6 +29,17 @@ from example_project.purge.services import log_events, schedule_purge
 from example_project.replay.services import write
 
 
+def _where_the_database_lives() -> str:
+    """DATABASE_URL's server, or the folder of the example's own embedded PostgreSQL."""
+    from django.conf import settings
+
+    from django_pgjobs.testing.localdb import cluster_directory
+
+    if os.environ.get("DATABASE_URL"):
+        return "DATABASE_URL"
+    return f"the embedded PostgreSQL in {cluster_directory(settings.BASE_DIR / '.pgdata')}"
+
+
 class Command(BaseCommand):
     help = "Run the example end to end: migrate, enqueue a mix of jobs, work them, summarise."
 
@@ -36,7 +48,7 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=8)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        self.step("Migrating the database")
+        self.step(f"Migrating the database ({_where_the_database_lives()})")
         call_command("migrate", verbosity=0)
         credentials = self.ensure_admin()
         self.step("Enqueueing a mix of jobs")
