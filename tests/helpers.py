@@ -31,7 +31,9 @@ JSON_COLUMNS = frozenset({"payload", "result", "errors", "rerun_payload"})
 
 
 def row(job_id: int, *columns: str, table: str = "pgjobs_job") -> tuple[Any, ...] | None:
-    """Read columns of a job straight from its table, jsonb columns decoded."""
+    """Read columns of a job straight from its table, jsonb columns decoded; with no
+    columns, its id (None: no such row)."""
+    columns = columns or ("id",)
     rows = execute(f"SELECT {', '.join(columns)} FROM {table} WHERE id = %s", [job_id])
     if not rows:
         return None
@@ -129,3 +131,30 @@ def run_threads(count_: int, target: Callable[[int], T], timeout: float = 120) -
     if errors:
         raise errors[0]
     return results
+
+
+def drain(**options: Any) -> Any:
+    """Run a burst worker in this thread until the runnable jobs are done."""
+    from django_pgjobs.worker import Worker
+
+    options.setdefault("concurrency", 4)
+    worker = Worker(burst=True, sweep_interval=0, poll_interval=0.2, **options)
+    assert worker.run() == 0
+    return worker
+
+
+@contextmanager
+def running_worker(**options: Any) -> Iterator[Any]:
+    """A worker running in a background thread, stopped at the end."""
+    from django_pgjobs.worker import Worker
+
+    options.setdefault("concurrency", 2)
+    worker = Worker(sweep_interval=0, **options)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(15)
+        assert not thread.is_alive()

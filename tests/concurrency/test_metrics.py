@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from django_pgjobs.metrics import JobMetrics, QueueGauges
 from django_pgjobs.models import Job
 from tests import jobs
-from tests.concurrency.test_worker import drain
+from tests.helpers import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

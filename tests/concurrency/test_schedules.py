@@ -20,8 +20,7 @@ from django_pgjobs.exceptions import InvalidCron, InvalidJobOption
 from django_pgjobs.models import Schedule
 from django_pgjobs.scheduler import Scheduler
 from django_pgjobs.schedules import declared_schedules, due_ticks, next_tick
-from tests.concurrency.test_worker import running_worker
-from tests.helpers import count, execute, row, run_threads, scalar, wait_until
+from tests.helpers import count, execute, row, run_threads, running_worker, scalar, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

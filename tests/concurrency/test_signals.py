@@ -12,8 +12,7 @@ from django.dispatch import Signal
 from django_pgjobs import signals
 from django_pgjobs.models import Job
 from tests import jobs
-from tests.concurrency.test_worker import drain
-from tests.helpers import count
+from tests.helpers import count, drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -4,10 +4,7 @@ heartbeats (S11), unknown kinds (S25)."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -17,31 +14,18 @@ from django_pgjobs import registry
 from django_pgjobs.models import Job
 from django_pgjobs.worker import Worker, default_queues
 from tests import jobs
-from tests.helpers import count, dead_row, execute, row, seconds_from_now, wait_until
+from tests.helpers import (
+    count,
+    dead_row,
+    drain,
+    execute,
+    row,
+    running_worker,
+    seconds_from_now,
+    wait_until,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def drain(**options: object) -> Worker:
-    options.setdefault("concurrency", 4)
-    worker = Worker(burst=True, sweep_interval=0, poll_interval=0.2, **options)
-    assert worker.run() == 0
-    return worker
-
-
-@contextmanager
-def running_worker(**options: object) -> Iterator[Worker]:
-    """A worker running in a background thread, stopped at the end."""
-    options.setdefault("concurrency", 2)
-    worker = Worker(sweep_interval=0, **options)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(15)
-        assert not thread.is_alive()
 
 
 def notes() -> list[tuple[Any, ...]]:
