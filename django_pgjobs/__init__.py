@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the names below are imported lazily at run time
     from django_pgjobs.claims import JobHandle
     from django_pgjobs.decorators import job
-    from django_pgjobs.exceptions import Fail, LeaseLost, Retry
+    from django_pgjobs.exceptions import Cancelled, Fail, LeaseLost, Retry
+    from django_pgjobs.limits import Rate
     from django_pgjobs.models import DeadJob, Job
     from django_pgjobs.schedules import Cron
 
@@ -24,12 +25,14 @@ except metadata.PackageNotFoundError:  # pragma: no cover - running from a sourc
     __version__ = "0+unknown"
 
 __all__ = [
+    "Cancelled",
     "Cron",
     "DeadJob",
     "Fail",
     "Job",
     "JobHandle",
     "LeaseLost",
+    "Rate",
     "Retry",
     "__version__",
     "job",
@@ -37,7 +40,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Fail", "Retry", "LeaseLost"):
+    if name in ("Cancelled", "Fail", "Retry", "LeaseLost"):
         from django_pgjobs import exceptions
 
         return getattr(exceptions, name)
@@ -49,6 +52,10 @@ def __getattr__(name: str) -> Any:
         from django_pgjobs import models
 
         return getattr(models, name)
+    if name == "Rate":
+        from django_pgjobs.limits import Rate
+
+        return Rate
     if name == "Cron":
         from django_pgjobs.schedules import Cron
 

@@ -8,27 +8,33 @@ nothing. The handle holds no SQL: it asks the manager that made it.
 
 from __future__ import annotations
 
+import logging
+import threading
 import traceback as traceback_module
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Protocol
 
-from django.db import transaction
+from django.db import connections, transaction
 
-from django_pgjobs.exceptions import LeaseLost
+from django_pgjobs.exceptions import Cancelled, LeaseLost
 from django_pgjobs.payloads import (
     ERROR_TEXT_MAX_CHARS,
     TRACEBACK_MAX_CHARS,
+    encode_progress,
     safe_str,
     storable_text,
 )
 
+logger = logging.getLogger("django_pgjobs.jobs")
+
 #: How a run ended, as the signals and the counters say it.
 SUCCEEDED, RETRIED, DEAD, LOST = "succeeded", "retried", "dead", "lost"
+CANCELLED = "cancelled"
 MAX_ATTEMPTS_EXCEEDED = "max attempts exceeded"
 
 
@@ -52,6 +58,76 @@ class ClaimWriter(Protocol):
     def release_batch(self, handles: Sequence[JobHandle]) -> int: ...
 
     def lock_claim(self, handle: JobHandle) -> bool: ...
+
+    def record_progress(self, handle: JobHandle, progress: str) -> bool: ...
+
+    def limit_statement_time(self, handle: JobHandle, seconds: float) -> None: ...
+
+
+class RunControl:
+    """What passes between a running handler and its worker: a cancellation (S32), and
+    the handler's latest progress report. Used from the handler's thread (or the event
+    loop) and the worker's loop at once, so every change is made under a lock.
+    """
+
+    __slots__ = ("_cancelled", "_hooks", "_lock", "_report", "carrier", "reason")
+
+    def __init__(self) -> None:
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._hooks: list[Callable[[], None]] = []
+        self._report: str | None = None
+        #: Why the run must stop ("cancelled", "expired", "timed out after 30 s" ...).
+        self.reason: str | None = None
+        #: Called when a report waits, by the worker that carries reports to the
+        #: database with its heartbeats (None: no worker; a report is written at once).
+        self.carrier: Callable[[], None] | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self, reason: str) -> bool:
+        """Tell the handler to stop; False if it was told already."""
+        with self._lock:
+            if self._cancelled.is_set():
+                return False
+            self.reason = reason
+            self._cancelled.set()
+            hooks, self._hooks = self._hooks, []
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:  # a hook must not keep the others from running
+                logger.exception("a cancellation hook raised")
+        return True
+
+    def on_cancel(self, hook: Callable[[], None]) -> None:
+        """Call `hook` when the run is cancelled (at once, if it is already)."""
+        with self._lock:
+            if not self._cancelled.is_set():
+                self._hooks.append(hook)
+                return
+        hook()
+
+    def wait(self, timeout: float | None) -> bool:
+        """Sleep up to `timeout` seconds or until cancelled; True when cancelled."""
+        return self._cancelled.wait(timeout)
+
+    def report(self, progress: str) -> bool:
+        """Keep `progress` for the worker to store; False when no worker carries it."""
+        with self._lock:
+            self._report = progress
+            carrier = self.carrier
+        if carrier is None:
+            return False
+        carrier()
+        return True
+
+    def take_report(self) -> str | None:
+        with self._lock:
+            report, self._report = self._report, None
+        return report
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +220,54 @@ class JobHandle:
     #: letter's reason: what the signals report of a handler that completed its claim.
     ended: str | None = field(default=None)
     dead_reason: str | None = field(default=None)
+    #: Seconds the attempt may run (S33; None: no timeout).
+    timeout_s: float | None = field(default=None)
+    #: The job has a concurrency key (S34).
+    keyed: bool = field(default=False)
+    #: Cancellation and progress between the handler and its worker (S32).
+    control: RunControl = field(default_factory=RunControl, repr=False)
 
     @property
     def job_id(self) -> int:
         return self.id
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the job was cancelled while it runs (S32): the handler should stop."""
+        return self.control.cancelled
+
+    def raise_if_cancelled(self) -> None:
+        """Raise Cancelled if the job was cancelled (S32); a cheap check between steps."""
+        if self.control.cancelled:
+            raise Cancelled(
+                f"Job {self.id} ({self.kind}) was cancelled while it ran: "
+                f"{self.control.reason or 'cancelled'}."
+            )
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep up to `seconds`, waking at once if the job is cancelled (then raising
+        Cancelled): a wait between polls of a remote service that a cancel cuts short."""
+        self.control.wait(seconds)
+        self.raise_if_cancelled()
+
+    def progress(
+        self, fraction: float | None = None, message: str | None = None, **data: Any
+    ) -> None:
+        """Report how far the run got: a fraction from 0 to 1, a message, JSON data.
+
+        The latest report is stored on the job with the time it was made, carried by
+        the worker's next heartbeat (at most one write per second per job); outside a
+        worker it is written at once. Shown by get_job, the admin and jobsctl.
+
+        Raises:
+            InvalidPayload: a fraction outside 0..1, data that is not JSON, a report
+                past PROGRESS_MAX_BYTES.
+        """
+        report = encode_progress(fraction, message, data)
+        if not self.control.report(report):
+            taken = self.control.take_report()
+            if taken is not None:
+                self.manager.record_progress(self, taken)
 
     @property
     def is_last_attempt(self) -> bool:
@@ -201,6 +321,50 @@ class JobHandle:
                 )
             yield self
 
+    @asynccontextmanager
+    async def afenced(self) -> AsyncIterator[JobHandle]:
+        """`fenced()` for an async handler: `async with ctx.afenced():`.
+
+        The block's transaction lives on a thread of its own, and the async ORM calls
+        made inside the block (`await Model.objects.acreate(...)`) run on that thread,
+        so they commit with the block, only while the claim is current (S16). Use
+        `await ctx.aack(result)` inside it to complete the job with the block.
+        """
+        from asgiref.sync import ThreadSensitiveContext, sync_to_async
+
+        block = transaction.atomic(using=self.using)
+
+        def enter() -> None:
+            block.__enter__()
+            if not self.manager.lock_claim(self):
+                block.__exit__(None, None, None)
+                raise LeaseLost(
+                    f"Job {self.id} ({self.kind}): claim {self.token} is no longer current; "
+                    "its lease lapsed, it was cancelled, or another claim took the job over."
+                )
+
+        def close() -> None:
+            connections[self.using].close()
+
+        async with ThreadSensitiveContext():
+            try:
+                await sync_to_async(enter)()
+                try:
+                    yield self
+                except BaseException as error:
+                    await sync_to_async(block.__exit__)(type(error), error, error.__traceback__)
+                    raise
+                await sync_to_async(block.__exit__)(None, None, None)
+            finally:
+                await sync_to_async(close)()
+
+    async def aack(self, result: Any = None) -> bool:
+        """`ack()` from async code, on the thread of the fence it is inside (if any)."""
+        from asgiref.sync import sync_to_async
+
+        acked: bool = await sync_to_async(self.ack)(result)
+        return acked
+
     def __repr__(self) -> str:
         return (
             f"<JobHandle id={self.id} kind={self.kind} queue={self.queue} "
@@ -216,6 +380,9 @@ class Verdict(Enum):
     FAIL = "fail"  # dead-letter now with the failure as reason
     RECORDED = "recorded"  # the job's completion already committed (fence, transaction mode)
     LOST = "lost"  # the claim is gone: nothing may be recorded
+    #: Cancelled while it ran (S32): dead-letter as "cancelled" if the claim is still
+    #: current (a transaction held the row when the cancel came), else nothing.
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,9 +399,12 @@ class Outcome:
     @property
     def ending(self) -> str:
         """How the run ended: SUCCEEDED, RETRIED, DEAD (a failure, a retry of the last
-        attempt) or LOST; for a completion the handler recorded itself, what it recorded."""
+        attempt), CANCELLED or LOST; for a completion the handler recorded itself, what
+        it recorded."""
         if self.verdict is Verdict.LOST:
             return LOST
+        if self.verdict is Verdict.CANCELLED:
+            return CANCELLED
         if self.verdict is Verdict.RECORDED:
             return self.handle.ended or SUCCEEDED
         if self.verdict is Verdict.ACK:

@@ -125,6 +125,8 @@ class Settings:
     # Workers (runjobs options default to these)
     #: Handler threads per worker process.
     CONCURRENCY: int = 10
+    #: Async handlers running at once on a worker's event loop, beside its threads.
+    ASYNC_CONCURRENCY: int = 100
     #: The most jobs a worker claims ahead of its free threads, while its jobs are short:
     #: only as many as its threads start within PREFETCH_WAIT_S at the recent run time
     #: (0: claim for free threads only).
@@ -277,7 +279,13 @@ class Settings:
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be True or False.")
-        for name in ("MAX_PAYLOAD_BYTES", "ERRORS_KEPT", "SWEEP_BATCH", "CONCURRENCY"):
+        for name in (
+            "MAX_PAYLOAD_BYTES",
+            "ERRORS_KEPT",
+            "SWEEP_BATCH",
+            "CONCURRENCY",
+            "ASYNC_CONCURRENCY",
+        ):
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be a whole number >= 1.")

@@ -21,6 +21,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from django_pgjobs import options
 from django_pgjobs.exceptions import InvalidCron
+from django_pgjobs.limits import Limits, Rate
 from django_pgjobs.options import UNSET
 from django_pgjobs.registry import JobDefinition, register
 from django_pgjobs.retry import Backoff
@@ -71,6 +72,7 @@ class JobFunction(Generic[P, R]):
         lease: float | timedelta = UNSET,
         expires: float | timedelta | None = UNSET,
         result_retention: float | timedelta | None = UNSET,
+        timeout: float | timedelta | None = UNSET,
         using: str | None = UNSET,
     ) -> JobFunction[P, R]:
         """Return this job with enqueue options set (the payload stays for `enqueue`)."""
@@ -87,6 +89,7 @@ class JobFunction(Generic[P, R]):
                 "lease": lease,
                 "expires": expires,
                 "result_retention": result_retention,
+                "timeout": timeout,
                 "using": using,
             }.items()
             if value is not UNSET
@@ -130,6 +133,10 @@ def job(
     atomic: bool = False,
     takes_context: bool | None = None,
     schedule: str | Cron | None = None,
+    timeout: float | timedelta | None = UNSET,
+    concurrency_key: Callable[[dict[str, Any]], Any] | str | None = None,
+    concurrency: int | None = None,
+    rate: str | Rate | None = None,
 ) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
 
 
@@ -150,6 +157,10 @@ def job(
     atomic: bool = False,
     takes_context: bool | None = None,
     schedule: str | Cron | None = None,
+    timeout: float | timedelta | None = UNSET,
+    concurrency_key: Callable[[dict[str, Any]], Any] | str | None = None,
+    concurrency: int | None = None,
+    rate: str | Rate | None = None,
 ) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
     """Register a function as a job kind.
 
@@ -167,6 +178,16 @@ def job(
         schedule: also run it periodically: a cron expression ("*/5 * * * *"), or a
             `Cron(...)` for a timezone, a payload and options. The schedule is named
             after the kind.
+        timeout: the longest an attempt may run (S33); past it the attempt is recorded
+            as "timed out after N s" and retried. Distinct from the lease, which is how
+            long a claim holds without a heartbeat.
+        concurrency_key: a function of the payload returning the value its job is
+            counted under (a string or whole number; None: not limited), or a fixed
+            value (S34).
+        concurrency: at most this many jobs of one key value run at once, across every
+            worker.
+        rate: at most this many claims per period per key value ("100/m"; S35); without
+            a concurrency_key, for the kind as a whole.
 
     Raises:
         InvalidJobOption: a default or the schedule is invalid (checked at decoration,
@@ -188,7 +209,9 @@ def job(
             lease=lease,
             expires=expires,
             result_retention=result_retention,
+            timeout=timeout,
         )
+        limits = Limits.of(key=concurrency_key, concurrency=concurrency, rate=rate)
         if on_conflict is not None:
             options.validate_conflict_mode(on_conflict)
         if schedule is not None and not isinstance(schedule, str | Cron):
@@ -205,6 +228,7 @@ def job(
             atomic=atomic,
             takes_context=_takes_context(function) if takes_context is None else takes_context,
             schedule=Cron(schedule) if isinstance(schedule, str) else schedule,
+            limits=limits,
         )
         register(definition)
         return JobFunction[P, R](definition)
@@ -223,6 +247,7 @@ def _validated_defaults(**given: Any) -> dict[str, Any]:
         "lease": options.validate_lease,
         "expires": options.validate_expires,
         "result_retention": options.validate_result_retention,
+        "timeout": options.validate_timeout,
     }
     for option, value in defaults.items():
         validators[option](value)

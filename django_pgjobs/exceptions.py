@@ -1,4 +1,5 @@
-"""Exceptions raised by django_pgjobs, and the two a handler raises to steer its job."""
+"""Exceptions raised by django_pgjobs, the two a handler raises to steer its job, and the
+one it raises when its job is cancelled."""
 
 from __future__ import annotations
 
@@ -75,6 +76,14 @@ class InvalidResultRetention(InvalidJobOption):
     """The result retention is not a non-negative duration."""
 
 
+class InvalidTimeout(InvalidJobOption):
+    """The timeout is not a positive duration."""
+
+
+class InvalidLimit(InvalidJobOption):
+    """A concurrency key, concurrency or rate limit is not valid (S34, S35)."""
+
+
 class LeaseLost(PgJobsError):
     """This claim is no longer the job's current claim: it lapsed, was cancelled, or was
     superseded by a newer claim. Its writes are refused."""
@@ -103,3 +112,12 @@ class Fail(Exception):
     def __init__(self, reason: str = "failed") -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class Cancelled(PgJobsError):
+    """The job was cancelled while it ran (S32): `ctx.raise_if_cancelled()` raises it.
+
+    A handler may let it propagate (the worker then records nothing: the job is already
+    a dead letter, "cancelled") or catch it to clean up first. Raised by a handler whose
+    job was not cancelled, it dead-letters the job as "cancelled".
+    """

@@ -4,7 +4,8 @@ Counters and histograms are kept by each process from the signals (django_pgjobs
 
 - `pgjobs_jobs_enqueued_total{queue,kind}`: jobs written by this process (merges included);
 - `pgjobs_jobs_started_total`, `pgjobs_jobs_succeeded_total`, `pgjobs_jobs_retried_total`,
-  `pgjobs_jobs_dead_total`, `pgjobs_jobs_lost_total` `{queue,kind}`: runs in this worker;
+  `pgjobs_jobs_dead_total`, `pgjobs_jobs_cancelled_total`, `pgjobs_jobs_lost_total`
+  `{queue,kind}`: runs in this worker;
 - `pgjobs_job_duration_seconds{queue,kind}`: how long handlers ran;
 - `pgjobs_job_start_delay_seconds{queue,kind}`: from when a job was due (`run_after`) to
   its claim, both by the database's clock.
@@ -77,7 +78,13 @@ class JobMetrics:
                 LABELS,
                 registry=registry,
             )
-            for outcome in (signals.SUCCEEDED, signals.RETRIED, signals.DEAD, signals.LOST)
+            for outcome in (
+                signals.SUCCEEDED,
+                signals.RETRIED,
+                signals.DEAD,
+                signals.CANCELLED,
+                signals.LOST,
+            )
         }
         self.duration = Histogram(
             "pgjobs_job_duration_seconds",

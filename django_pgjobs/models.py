@@ -62,6 +62,26 @@ class JobColumns(models.Model):
     )
     created_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)
+    timeout_s = models.FloatField(
+        null=True, blank=True, help_text="Seconds an attempt may run (empty: no timeout)."
+    )
+    progress = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="What the handler last reported: fraction, message, data and when.",
+    )
+    limit_key = models.TextField(
+        null=True,
+        blank=True,
+        help_text="The concurrency key value whose limits this job obeys (empty: none).",
+    )
+    concurrency_limit = models.IntegerField(
+        null=True, blank=True, help_text="At most this many jobs of the key run at once."
+    )
+    rate_limit = models.IntegerField(
+        null=True, blank=True, help_text="At most this many claims of the key per period."
+    )
+    rate_period_s = models.FloatField(null=True, blank=True, help_text="The rate's period.")
 
     class Meta:
         abstract = True
@@ -80,6 +100,25 @@ def _shared_constraints(table: str) -> list[models.BaseConstraint]:
             condition=Q(max_attempts__gte=1), name=f"{table}_max_attempts_gte_1"
         ),
         models.CheckConstraint(condition=Q(lease_s__gte=1), name=f"{table}_lease_s_gte_1"),
+        models.CheckConstraint(
+            condition=Q(timeout_s__gt=0) | Q(timeout_s__isnull=True),
+            name=f"{table}_timeout_s_gt_0",
+        ),
+        # Limits belong to a key, and a rate is a number of claims per period.
+        models.CheckConstraint(
+            condition=Q(limit_key__isnull=False)
+            | Q(concurrency_limit__isnull=True, rate_limit__isnull=True),
+            name=f"{table}_limits_have_key",
+        ),
+        models.CheckConstraint(
+            condition=Q(concurrency_limit__gte=1) | Q(concurrency_limit__isnull=True),
+            name=f"{table}_concurrency_gte_1",
+        ),
+        models.CheckConstraint(
+            condition=Q(rate_limit__isnull=True, rate_period_s__isnull=True)
+            | Q(rate_limit__gte=1, rate_period_s__gt=0),
+            name=f"{table}_rate_valid",
+        ),
     ]
 
 
@@ -104,7 +143,24 @@ class Job(JobColumns):
                 F("run_after"),
                 F("id"),
                 name="pgjobs_job_claim",
-                condition=Q(state=JobState.PENDING),
+                condition=Q(state=JobState.PENDING, limit_key__isnull=True),
+            ),
+            # Jobs with a concurrency key (S34): the keyed claim finds each key of a
+            # queue by a probe here, and walks one key's jobs in claim order.
+            models.Index(
+                F("queue"),
+                F("limit_key"),
+                F("priority").desc(),
+                F("run_after"),
+                F("id"),
+                name="pgjobs_job_keyed",
+                condition=Q(state=JobState.PENDING, limit_key__isnull=False),
+            ),
+            # A key's running jobs, counted by the keyed claim.
+            models.Index(
+                fields=["limit_key"],
+                name="pgjobs_job_keyed_running",
+                condition=Q(state=JobState.RUNNING, limit_key__isnull=False),
             ),
             # Lapsed leases: crash recovery and the pre-claim dead-lettering.
             models.Index(
@@ -222,6 +278,12 @@ class QueueControl(models.Model):
         help_text="At most this many of the queue's jobs run at once, across every worker "
         "(empty: no limit). A lapsed lease frees its slot.",
     )
+    rate_limit = models.IntegerField(
+        null=True,
+        blank=True,
+        help_text="At most this many of the queue's jobs claimed per period (empty: none).",
+    )
+    rate_period_s = models.FloatField(null=True, blank=True, help_text="The rate's period.")
     limit_from_settings = models.BooleanField(
         db_default=False,
         help_text="The limit comes from PGJOBS['QUEUES'][name]['MAX_RUNNING'] and is set "
@@ -238,11 +300,36 @@ class QueueControl(models.Model):
             models.CheckConstraint(
                 condition=Q(max_running__gte=1) | Q(max_running__isnull=True),
                 name="pgjobs_queue_max_running_gte_1",
-            )
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_limit__isnull=True, rate_period_s__isnull=True)
+                | Q(rate_limit__gte=1, rate_period_s__gt=0),
+                name="pgjobs_queue_rate_valid",
+            ),
         ]
 
     def __str__(self) -> str:
         return self.name
+
+
+class RateClaim(models.Model):
+    """One claim counted against a rate limit (S35): a queue's ("queue:<name>") or a
+    concurrency key's ("key:<value>"). A claim under a limit of N per period is admitted
+    while fewer than N of its scope's rows are younger than the period, on the database
+    clock; the claims prune their scope's old rows, the sweeper the rest."""
+
+    id = models.BigAutoField(primary_key=True)
+    scope = models.TextField()
+    at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "pgjobs_rate_claim"
+        indexes: ClassVar[list[models.Index]] = [
+            models.Index(fields=["scope", "at"], name="pgjobs_rate_claim_scope_at")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope}@{self.at}"
 
 
 class Schedule(models.Model):

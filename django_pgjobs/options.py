@@ -8,7 +8,6 @@ database: a `ResolvedJob` is what the manager then writes in one statement.
 
 from __future__ import annotations
 
-import logging
 import math
 import numbers
 import re
@@ -17,11 +16,9 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final, NamedTuple
 
-from django_pgjobs import exceptions, registry
+from django_pgjobs import exceptions
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.payloads import JSON_ENCODER, encode_payload
-
-logger = logging.getLogger("django_pgjobs.enqueue")
 
 QUEUE_NAME_MAX_LENGTH: Final = 100
 KIND_MAX_LENGTH: Final = 200
@@ -53,6 +50,11 @@ ENQUEUE_ROW: Final = (
     "lease_s",
     "expires_s",
     "result_ttl_s",
+    "timeout_s",
+    "concurrency_limit",
+    "rate_limit",
+    "rate_period_s",
+    "limit_key",
     "key",
     "payload",
 )
@@ -72,14 +74,20 @@ class ResolvedJob(NamedTuple):
     lease_s: int
     expires_s: float | None
     result_ttl_s: int | None
+    timeout_s: float | None = None
+    #: The concurrency key value (S34) and its limits; all None for an unlimited job.
+    limit_key: str | None = None
+    concurrency_limit: int | None = None
+    rate_limit: int | None = None
+    rate_period_s: float | None = None
 
     def json_head(self) -> str:
         """The start of this job's row of ENQUEUE_JOBS' JSON document: every value of
-        ENQUEUE_ROW but the key and payload, which the row ends with (jobs of one batch
-        mostly share it)."""
+        ENQUEUE_ROW but the limit key, key and payload, which the row ends with (jobs of
+        one batch mostly share it)."""
         values = self.as_params()
         values["run_after"] = None if self.run_after is None else self.run_after.isoformat()
-        return JSON_ENCODER.encode([values[name] for name in ENQUEUE_ROW[:-2]])[:-1]
+        return JSON_ENCODER.encode([values[name] for name in ENQUEUE_ROW[:-3]])[:-1]
 
     def as_json_row(self, head: str | None = None) -> str:
         """This job as a row of ENQUEUE_JOBS' JSON document (the payload spliced in as is).
@@ -88,7 +96,9 @@ class ResolvedJob(NamedTuple):
             head: `json_head()` of a job with the same options, when the caller has it.
         """
         key = "null" if self.key is None else JSON_ENCODER.encode(self.key)
-        return f"{self.json_head() if head is None else head},{key},{self.payload_json}]"
+        limit_key = "null" if self.limit_key is None else JSON_ENCODER.encode(self.limit_key)
+        head = self.json_head() if head is None else head
+        return f"{head},{limit_key},{key},{self.payload_json}]"
 
     def as_params(self) -> dict[str, Any]:
         return {
@@ -103,6 +113,11 @@ class ResolvedJob(NamedTuple):
             "lease_s": self.lease_s,
             "expires_s": self.expires_s,
             "result_ttl_s": self.result_ttl_s,
+            "timeout_s": self.timeout_s,
+            "limit_key": self.limit_key,
+            "concurrency_limit": self.concurrency_limit,
+            "rate_limit": self.rate_limit,
+            "rate_period_s": self.rate_period_s,
         }
 
 
@@ -119,6 +134,7 @@ def resolve_job(
     lease: Any = UNSET,
     expires: Any = UNSET,
     result_retention: Any = UNSET,
+    timeout: Any = UNSET,
     defaults: Mapping[str, Any] | None = None,
 ) -> ResolvedJob:
     """Validate one job's arguments and resolve its options (S2).
@@ -126,7 +142,7 @@ def resolve_job(
     Args:
         defaults: the job's decorator defaults, if it is registered; keys are the option
             names (`queue`, `priority`, `max_attempts`, `lease`, `expires`,
-            `result_retention`).
+            `result_retention`, `timeout`).
 
     Raises:
         InvalidJobOption: a subclass naming what is wrong; nothing is written.
@@ -146,6 +162,7 @@ def resolve_job(
     lease = given("lease", lease)
     expires = given("expires", expires)
     result_retention = given("result_retention", result_retention)
+    timeout = given("timeout", timeout)
 
     delay_s, run_after = validate_schedule(run_after, delay)
     expires_s = queue_options.expires_s if expires is UNSET else validate_expires(expires)
@@ -169,132 +186,8 @@ def resolve_job(
         lease_s=queue_options.lease_s if lease is UNSET else validate_lease(lease),
         expires_s=expires_s,
         result_ttl_s=result_ttl_s,
+        timeout_s=None if timeout is UNSET else validate_timeout(timeout),
     )
-
-
-#: The enqueue options a job given to enqueue_many may carry.
-ENQUEUE_MANY_KEYS: Final = frozenset(
-    {
-        "kind",
-        "payload",
-        "queue",
-        "key",
-        "priority",
-        "run_after",
-        "delay",
-        "max_attempts",
-        "lease",
-        "expires",
-        "result_retention",
-    }
-)
-
-
-class BatchResolver:
-    """Validate and resolve the jobs of one enqueue_many, each a mapping of enqueue's
-    arguments, into ResolvedJobs and their rows of ENQUEUE_JOBS' JSON document.
-
-    The jobs of a batch mostly differ in payload and key only, so each distinct set of
-    the other options (with the kind) is resolved, and its row head written, once.
-    """
-
-    def __init__(self) -> None:
-        self._resolved: dict[tuple[Any, ...], tuple[ResolvedJob, str]] = {}
-        #: (kind, the payload's argument names) found to fit the kind's handler (S28):
-        #: the payloads of a batch mostly share a shape, bound to the signature once.
-        self._fitting: set[tuple[str, tuple[str, ...]]] = set()
-
-    def resolve(self, job: Any) -> tuple[ResolvedJob, str]:
-        """Return the job resolved and its JSON row, or raise InvalidJobOption."""
-        if type(job) is not dict and not isinstance(job, Mapping):
-            raise exceptions.InvalidJobOption(
-                f"Each job must be a mapping of enqueue options, not {job!r}."
-            )
-        unknown = job.keys() - ENQUEUE_MANY_KEYS
-        if unknown:
-            raise exceptions.InvalidJobOption(
-                f"Unknown option(s) {sorted(unknown)}; a job may give {sorted(ENQUEUE_MANY_KEYS)}."
-            )
-        if "kind" not in job:
-            raise exceptions.InvalidJobOption("A job needs a 'kind'.")
-        # Types are part of the identity: 1, 1.0 and True are equal, not equally valid.
-        given = tuple(
-            (name, type(value), value)
-            for name, value in job.items()
-            if name != "payload" and name != "key"
-        )
-        try:
-            template, head = self._resolved[given]
-        except KeyError:
-            template, head = self._resolved[given] = self._template(given)
-        except TypeError:  # an unhashable option, which resolving rejects
-            template, head = self._template(given)
-        key = validate_key(job.get("key"))
-        payload = job.get("payload")
-        payload_json = encode_payload(payload)
-        shape = (template.kind, tuple(payload) if payload else ())
-        if shape not in self._fitting:
-            fit_payload(template.kind, payload)
-            self._fitting.add(shape)
-        # The template with this job's key and payload (fields 2 and 3).
-        resolved = ResolvedJob(template[0], template[1], key, payload_json, *template[4:])
-        return resolved, resolved.as_json_row(head)
-
-    @staticmethod
-    def _template(given: tuple[Any, ...]) -> tuple[ResolvedJob, str]:
-        values = {name: value for name, _, value in given}
-        kind = values.pop("kind")
-        defaults = registry.decorator_defaults(kind) if isinstance(kind, str) else None
-        template = resolve_job(kind, defaults=defaults, **values)
-        known_kind(template.kind)
-        return template, template.json_head()
-
-
-#: Kinds this process was asked to enqueue without a handler of them (warned once each).
-_unknown_kinds: set[str] = set()
-
-
-def fit_payload(kind: str, payload: Any) -> None:
-    """Refuse a payload that does not fit the handler this process has for `kind` (S28);
-    a kind without a handler here is left to `known_kind`.
-
-    Raises:
-        InvalidPayload: naming the argument; nothing is written.
-    """
-    definition = registry.get_definition(kind)
-    if definition is None:
-        return
-    misfit = definition.misfit({} if payload is None else payload)
-    if misfit is not None:
-        raise exceptions.InvalidPayload(f"{misfit[0].upper()}{misfit[1:]}. Nothing was written.")
-
-
-def known_kind(kind: str) -> None:
-    """Accept a kind this process has no handler for (another service's workers may own
-    it), warning once per kind with the closest registered names; PGJOBS["STRICT_KINDS"]
-    refuses it instead.
-
-    Raises:
-        InvalidKind: an unknown kind under STRICT_KINDS; nothing is written.
-    """
-    if registry.get_definition(kind) is not None:
-        return
-    close = registry.closest_kinds(kind)
-    guess = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
-    if pgjobs_settings.STRICT_KINDS:
-        raise exceptions.InvalidKind(
-            f"No job is registered as {kind!r} in this process, and PGJOBS['STRICT_KINDS'] "
-            f"refuses unknown kinds.{guess}"
-        )
-    if kind not in _unknown_kinds:
-        _unknown_kinds.add(kind)
-        logger.warning(
-            "enqueued a job of kind %r, which this process has no handler for: fine if "
-            "another service's workers own it, else a typo.%s (Warned once per kind; "
-            "PGJOBS['STRICT_KINDS'] = True refuses unknown kinds.)",
-            kind,
-            guess,
-        )
 
 
 #: Names already found valid: most enqueues name a handful of queues and kinds.
@@ -415,6 +308,18 @@ def validate_lease(lease: Any) -> int:
     if whole > 2**31 - 1:
         raise exceptions.InvalidLease(f"lease of {lease!r} is longer than 2**31 - 1 seconds.")
     return whole
+
+
+def validate_timeout(timeout: Any) -> float | None:
+    """Return a timeout in seconds (None: none); it must be positive (S33)."""
+    if timeout is None:
+        return None
+    seconds = _duration_seconds(timeout, "timeout", exceptions.InvalidTimeout)
+    if seconds <= 0:
+        raise exceptions.InvalidTimeout(
+            f"timeout must be a positive duration (or None for none), not {timeout!r}."
+        )
+    return seconds
 
 
 def validate_extend(extend: Any) -> float:

@@ -25,6 +25,9 @@ _INT_LIMIT: Final = 10**PAYLOAD_INT_MAX_DIGITS
 #: longest traceback: past them the middle is cut out, and the cut is marked (S27).
 ERROR_TEXT_MAX_CHARS: Final = 2_000
 TRACEBACK_MAX_CHARS: Final = 20_000
+#: Longest progress message kept, and most bytes of one progress report's JSON.
+PROGRESS_MESSAGE_MAX_CHARS: Final = 1_000
+PROGRESS_MAX_BYTES: Final = 16_384
 
 
 def encode_payload(payload: Any) -> str:
@@ -84,6 +87,41 @@ def encode_result(result: Any) -> str | None:
         raise exceptions.ResultTooLarge(
             f"result is {size} bytes of JSON; the limit is {limit} "
             "(PGJOBS['MAX_PAYLOAD_BYTES']): store large results in a table and return its id."
+        )
+    return text
+
+
+def encode_progress(fraction: Any, message: Any, data: dict[str, Any]) -> str:
+    """Return a progress report as JSON text: {"fraction", "message", "data"}.
+
+    `fraction` is None or a number from 0 to 1; `message` None or text (cleaned and
+    bounded like an error text); `data` JSON values, at most PROGRESS_MAX_BYTES in all.
+
+    Raises:
+        InvalidPayload: saying what is wrong (the handler's bug: nothing is stored).
+    """
+    if fraction is not None:
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            raise exceptions.InvalidPayload(
+                f"progress fraction must be a number from 0 to 1, not {safe_str(fraction)[:80]!r}."
+            )
+        fraction = float(fraction)
+        if not 0.0 <= fraction <= 1.0:  # NaN fails this too
+            raise exceptions.InvalidPayload(
+                f"progress fraction must be a number from 0 to 1, not {fraction!r}."
+            )
+    if message is not None:
+        message = storable_text(message, PROGRESS_MESSAGE_MAX_CHARS)
+    report = {"fraction": fraction, "message": message, "data": data}
+    try:
+        text = encode_result(report)
+    except exceptions.InvalidPayload as error:
+        raise exceptions.InvalidPayload(f"progress data: {error}") from None
+    assert text is not None
+    if utf8_size(text) > PROGRESS_MAX_BYTES:
+        raise exceptions.InvalidPayload(
+            f"a progress report is at most {PROGRESS_MAX_BYTES:,} bytes of JSON; this one is "
+            f"{utf8_size(text):,}. Report a summary; keep large data in a table."
         )
     return text
 

@@ -87,6 +87,13 @@ class JobRecord:
     purge_at: datetime | None = None
     reason: str | None = None
     died_at: datetime | None = None
+    timeout_s: float | None = None
+    #: The handler's latest report: {"fraction", "message", "data", "at"} (None: none).
+    progress: dict[str, Any] | None = None
+    limit_key: str | None = None
+    concurrency_limit: int | None = None
+    rate_limit: int | None = None
+    rate_period_s: float | None = None
 
     @property
     def is_dead(self) -> bool:
@@ -99,6 +106,14 @@ class JobRecord:
 
 
 _RECORD_FIELDS = tuple(f.name for f in fields(JobRecord))
+
+
+class Heartbeats(NamedTuple):
+    """What a background heartbeat found: the claims extended, and the claims whose job
+    is gone for good, each with why (their handlers are told, S32)."""
+
+    extended: list[Any]
+    gone: list[tuple[Any, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +142,8 @@ class QueueStatus(QueueOverview):
 
     paused: bool = False
     max_running: int | None = None
+    #: The queue's rate of claims ("100/m"; None: none), S35.
+    rate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,10 +14,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.limits import Limits
 from django_pgjobs.retry import Backoff
 
 #: Names of the enqueue options a decorator may give defaults for.
-DEFAULTABLE_OPTIONS = ("queue", "priority", "max_attempts", "lease", "expires", "result_retention")
+DEFAULTABLE_OPTIONS = (
+    "queue",
+    "priority",
+    "max_attempts",
+    "lease",
+    "expires",
+    "result_retention",
+    "timeout",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +43,8 @@ class JobDefinition:
     takes_context: bool = False
     #: Run by itself on this schedule (a schedules.Cron), under the kind's name.
     schedule: Any = None
+    #: The concurrency key and limits its jobs carry (S34, S35), if any.
+    limits: Limits | None = None
 
     @property
     def is_async(self) -> bool:

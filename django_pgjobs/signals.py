@@ -9,9 +9,9 @@ raises is logged and ignored; it never fails an enqueue or a job.
   `inserted` is False when the job was merged into a live one by its key.
 - `job_started(kind, handle)`: the worker is about to call the handler.
 - `job_finished(kind, handle, outcome, duration, error)`: the run ended; `outcome` is
-  "succeeded", "retried", "dead" or "lost" (the claim lapsed or was taken over: nothing
-  of the run was recorded). Sent as the worker decides, before the outcome is committed
-  with others in a batch.
+  "succeeded", "retried", "dead", "cancelled" (the job was cancelled while it ran, S32)
+  or "lost" (the claim lapsed or was taken over: nothing of the run was recorded). Sent
+  as the worker decides, before the outcome is committed with others in a batch.
 - `job_dead(kind, handle, reason, error)`: the run ended the job: it goes to the dead
   letters with `reason`.
 """
@@ -24,6 +24,7 @@ from typing import Any
 from django.dispatch import Signal
 
 from django_pgjobs.claims import (
+    CANCELLED,
     DEAD,
     LOST,
     MAX_ATTEMPTS_EXCEEDED,
@@ -41,6 +42,7 @@ job_finished = Signal()
 job_dead = Signal()
 
 __all__ = [
+    "CANCELLED",
     "DEAD",
     "LOST",
     "MAX_ATTEMPTS_EXCEEDED",

@@ -135,3 +135,145 @@ def chain(ctx: JobHandle, left: int) -> int:
         chain.enqueue(left=left - 1)
     _note(ctx, f"chain {left}")
     return left
+
+
+# Long-running jobs (S32-S35) -----------------------------------------------------------
+
+
+@job(name="tests.cooperative", queue="long", lease=30)
+def cooperative(ctx: JobHandle, seconds: float = 30) -> str:
+    """Work in small steps until cancelled (noting when it saw the cancellation)."""
+    _note(ctx, "started")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if ctx.cancelled:
+            _note(ctx, f"saw cancel: {ctx.control.reason}")
+            ctx.raise_if_cancelled()
+        time.sleep(0.002)
+    return "ran out"
+
+
+@job(name="tests.stubborn", queue="long", timeout=0.5, max_attempts=2, backoff=(1, 1))
+def stubborn(ctx: JobHandle, seconds: float = 2) -> None:
+    """Ignore every request to stop; then try to write its result under the fence."""
+    _note(ctx, "started")
+    time.sleep(seconds)
+    with ctx.fenced():
+        _note(ctx, "late write")
+        ctx.ack()
+
+
+@job(name="tests.async_sleep", queue="async")
+async def async_sleep(ctx: JobHandle, seconds: float = 1) -> float:
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+@job(name="tests.async_cancellable", queue="long", timeout=30)
+async def async_cancellable(ctx: JobHandle, seconds: float = 30) -> str:
+    """Await a long time; note the CancelledError that a cancel or timeout brings."""
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(_note)(ctx, "started")
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        await sync_to_async(_note)(ctx, f"cancelled: {ctx.control.reason}")
+        raise
+    return "slept"
+
+
+@job(name="tests.async_fenced", queue="async")
+async def async_fenced(ctx: JobHandle, text: str, fail: bool = False) -> None:
+    """Write a note with the async ORM inside the fence, and ack with it."""
+    async with ctx.afenced():
+        await Note.objects.acreate(text=text, job_id=ctx.id, token=ctx.token)
+        if fail:
+            raise RuntimeError("rolled back with the fence")
+        await ctx.aack("fenced")
+
+
+@job(name="tests.progressing", queue="long")
+def progressing(ctx: JobHandle, steps: int = 5, pause: float = 0.3) -> int:
+    for step in range(1, steps + 1):
+        ctx.progress(step / steps, f"step {step} of {steps}", step=step)
+        time.sleep(pause)
+    return steps
+
+
+@job(
+    name="tests.tenant",
+    queue="tenants",
+    concurrency_key=lambda payload: f"tenant:{payload['tenant']}",
+    concurrency=2,
+)
+def tenant(ctx: JobHandle, tenant: str, seconds: float = 0.0, n: int = 0) -> None:
+    """Record its start and its end by the database's clock (each note's created_at),
+    inside the time its claim holds a slot: at most 2 per tenant at once (S34)."""
+    _note(ctx, f"{tenant} start")
+    if seconds:
+        time.sleep(seconds)
+    _note(ctx, f"{tenant} end")
+
+
+@job(
+    name="tests.rated",
+    queue="tenants",
+    concurrency_key=lambda payload: payload["key"],
+    rate="5/s",
+)
+def rated(ctx: JobHandle, key: str) -> None:
+    """Record its claim time by the database's clock: at most 5 per second per key."""
+    Note.objects.create(text=ctx.claimed_at.isoformat(), job_id=ctx.id, token=ctx.token, worker=key)
+
+
+@job(name="tests.fenced_waiter", queue="long")
+def fenced_waiter(ctx: JobHandle, seconds: float = 10) -> None:
+    """Hold the job's row in a fence until cancelled: the cancel can only tell it."""
+    with ctx.fenced():
+        _note(ctx, "inside the fence")
+        ctx.sleep(seconds)  # raises Cancelled when told; the fence rolls back
+
+
+@job(name="tests.atomic_waiter", queue="long", atomic=True)
+def atomic_waiter(ctx: JobHandle, seconds: float = 10) -> None:
+    """Transaction mode, waiting until cancelled: its note is rolled back with it."""
+    _note(ctx, "inside the transaction")
+    ctx.sleep(seconds)
+
+
+@job(name="tests.atomic_slow_sql", queue="long", atomic=True, timeout=0.5, max_attempts=2)
+def atomic_slow_sql(ctx: JobHandle) -> None:
+    """Transaction mode with a statement longer than its timeout."""
+    from django.db import connection
+
+    _note(ctx, "before the slow statement")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_sleep(5)")
+
+
+def _hostile_key(payload: dict[str, Any]) -> Any:
+    """The key a property test chose, spelled as its repr (None, ints, floats, text...)."""
+    import ast
+
+    text = payload["value"]
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return float(text) if text in ("nan", "inf", "-inf") else text
+
+
+@job(name="tests.hostile_key", concurrency_key=_hostile_key, concurrency=1)
+def hostile_key(value: str) -> None:
+    return None
+
+
+@job(name="tests.claim_time")
+def claim_time(ctx: JobHandle) -> None:
+    """Record its claim time by the database's clock (a queue's rate, S35)."""
+    Note.objects.create(text=ctx.claimed_at.isoformat(), job_id=ctx.id, token=ctx.token)
+
+
+@job(name="tests.bad_key", concurrency_key=lambda payload: 1 // payload["n"], concurrency=1)
+def bad_key(n: int) -> None:
+    return None

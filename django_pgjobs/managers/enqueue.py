@@ -9,15 +9,19 @@ validated, which one statement for all cannot do.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
-from django_pgjobs import options, registry, signals
+from django_pgjobs import exceptions, options, registry, signals
+from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import sql
 from django_pgjobs.db.connection import atomic, fetchall, wake_params, write_documents
 from django_pgjobs.exceptions import InvalidJobOption
-from django_pgjobs.payloads import utf8_size
+from django_pgjobs.payloads import encode_payload, utf8_size
 from django_pgjobs.records import EnqueueResult
+
+logger = logging.getLogger("django_pgjobs.enqueue")
 
 #: Jobs per statement of enqueue_many: big enough that a statement's cost is its rows,
 #: small enough that the server starts writing soon after the call starts.
@@ -38,8 +42,9 @@ def enqueue_one(
     on_conflict = options.validate_conflict_mode(on_conflict)
     defaults = registry.decorator_defaults(kind) if isinstance(kind, str) else None
     resolved = options.resolve_job(kind, payload, defaults=defaults, **given)
-    options.known_kind(resolved.kind)
-    options.fit_payload(resolved.kind, payload)
+    known_kind(resolved.kind)
+    fit_payload(resolved.kind, payload)
+    resolved = with_limits(resolved, payload)
     params = {**resolved.as_params(), **wake_params()}
     if resolved.key is None:
         (row,) = fetchall(sql.INSERT_JOB, params, using)
@@ -105,7 +110,7 @@ class EnqueueBatch:
         Raises:
             InvalidJobOption: naming the job's index; its document is not yielded.
         """
-        resolver = options.BatchResolver()
+        resolver = BatchResolver()
         chunk: list[options.ResolvedJob] = []
         rows: list[str] = []
         size = 0
@@ -197,3 +202,159 @@ def _fold(
         run_after=later.run_after,
         expires_s=later.expires_s,
     )
+
+
+def with_limits(job: options.ResolvedJob, payload: Any) -> options.ResolvedJob:
+    """`job` with the concurrency key value and limits its kind brings (S34, S35).
+
+    Raises:
+        InvalidLimit: the kind's key function raised or gave no usable value.
+    """
+    definition = registry.get_definition(job.kind)
+    limits = definition.limits if definition is not None else None
+    if limits is None:
+        return job
+    limit_key = limits.key_value(job.kind, payload if isinstance(payload, Mapping) else None)
+    if limit_key is None:
+        return job
+    rate = limits.rate
+    return job._replace(
+        limit_key=limit_key,
+        concurrency_limit=limits.concurrency,
+        rate_limit=None if rate is None else rate.limit,
+        rate_period_s=None if rate is None else rate.period_s,
+    )
+
+
+#: The enqueue options a job given to enqueue_many may carry.
+ENQUEUE_MANY_KEYS: Final = frozenset(
+    {
+        "kind",
+        "payload",
+        "queue",
+        "key",
+        "priority",
+        "run_after",
+        "delay",
+        "max_attempts",
+        "lease",
+        "expires",
+        "result_retention",
+        "timeout",
+    }
+)
+
+
+class BatchResolver:
+    """Validate and resolve the jobs of one enqueue_many, each a mapping of enqueue's
+    arguments, into ResolvedJobs and their rows of ENQUEUE_JOBS' JSON document.
+
+    The jobs of a batch mostly differ in payload and key only, so each distinct set of
+    the other options (with the kind) is resolved, and its row head written, once.
+    """
+
+    def __init__(self) -> None:
+        self._resolved: dict[tuple[Any, ...], tuple[options.ResolvedJob, str]] = {}
+        #: (kind, the payload's argument names) found to fit the kind's handler (S28):
+        #: the payloads of a batch mostly share a shape, bound to the signature once.
+        self._fitting: set[tuple[str, tuple[str, ...]]] = set()
+        #: The kinds of this batch whose jobs carry limits (S34), by their definition.
+        self._limited: set[str] = set()
+
+    def resolve(self, job: Any) -> tuple[options.ResolvedJob, str]:
+        """Return the job resolved and its JSON row, or raise InvalidJobOption."""
+        if type(job) is not dict and not isinstance(job, Mapping):
+            raise exceptions.InvalidJobOption(
+                f"Each job must be a mapping of enqueue options, not {job!r}."
+            )
+        unknown = job.keys() - ENQUEUE_MANY_KEYS
+        if unknown:
+            raise exceptions.InvalidJobOption(
+                f"Unknown option(s) {sorted(unknown)}; a job may give {sorted(ENQUEUE_MANY_KEYS)}."
+            )
+        if "kind" not in job:
+            raise exceptions.InvalidJobOption("A job needs a 'kind'.")
+        # Types are part of the identity: 1, 1.0 and True are equal, not equally valid.
+        given = tuple(
+            (name, type(value), value)
+            for name, value in job.items()
+            if name != "payload" and name != "key"
+        )
+        try:
+            template, head = self._resolved[given]
+        except KeyError:
+            template, head = self._resolved[given] = self._template(given)
+        except TypeError:  # an unhashable option, which resolving rejects
+            template, head = self._template(given)
+        key = options.validate_key(job.get("key"))
+        payload = job.get("payload")
+        payload_json = encode_payload(payload)
+        shape = (template.kind, tuple(payload) if payload else ())
+        if shape not in self._fitting:
+            fit_payload(template.kind, payload)
+            self._fitting.add(shape)
+        # The template with this job's key and payload (fields 2 and 3).
+        resolved = options.ResolvedJob(template[0], template[1], key, payload_json, *template[4:])
+        if template.kind in self._limited:
+            # Its limits differ from the template's (none) when it has a key value.
+            resolved = with_limits(resolved, payload)
+            return resolved, resolved.as_json_row()
+        return resolved, resolved.as_json_row(head)
+
+    def _template(self, given: tuple[Any, ...]) -> tuple[options.ResolvedJob, str]:
+        values = {name: value for name, _, value in given}
+        kind = values.pop("kind")
+        defaults = registry.decorator_defaults(kind) if isinstance(kind, str) else None
+        template = options.resolve_job(kind, defaults=defaults, **values)
+        known_kind(template.kind)
+        definition = registry.get_definition(template.kind)
+        if definition is not None and definition.limits is not None:
+            self._limited.add(template.kind)
+        return template, template.json_head()
+
+
+#: Kinds this process was asked to enqueue without a handler of them (warned once each).
+_unknown_kinds: set[str] = set()
+
+
+def fit_payload(kind: str, payload: Any) -> None:
+    """Refuse a payload that does not fit the handler this process has for `kind` (S28);
+    a kind without a handler here is left to `known_kind`.
+
+    Raises:
+        InvalidPayload: naming the argument; nothing is written.
+    """
+    definition = registry.get_definition(kind)
+    if definition is None:
+        return
+    misfit = definition.misfit({} if payload is None else payload)
+    if misfit is not None:
+        raise exceptions.InvalidPayload(f"{misfit[0].upper()}{misfit[1:]}. Nothing was written.")
+
+
+def known_kind(kind: str) -> None:
+    """Accept a kind this process has no handler for (another service's workers may own
+    it), warning once per kind with the closest registered names; PGJOBS["STRICT_KINDS"]
+    refuses it instead.
+
+    Raises:
+        InvalidKind: an unknown kind under STRICT_KINDS; nothing is written.
+    """
+    if registry.get_definition(kind) is not None:
+        return
+    close = registry.closest_kinds(kind)
+    guess = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+    if pgjobs_settings.STRICT_KINDS:
+        raise exceptions.InvalidKind(
+            f"No job is registered as {kind!r} in this process, and PGJOBS['STRICT_KINDS'] "
+            f"refuses unknown kinds.{guess}"
+        )
+    if kind not in _unknown_kinds:
+        _unknown_kinds.add(kind)
+        logger.warning(
+            "enqueued a job of kind %r, which this process has no handler for: fine if "
+            "another service's workers own it, else a typo.%s (Warned once per kind; "
+            "PGJOBS['STRICT_KINDS'] = True refuses unknown kinds.)",
+            kind,
+            guess,
+        )

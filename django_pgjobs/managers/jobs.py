@@ -17,14 +17,16 @@ from django_pgjobs.claims import Failure, JobHandle
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
+from django_pgjobs.managers import claiming
 from django_pgjobs.managers import enqueue as enqueueing
-from django_pgjobs.managers.queues import forget_limits, limited_queues
+from django_pgjobs.managers.queues import limited_queues
 from django_pgjobs.options import UNSET
 from django_pgjobs.payloads import encode_result
 from django_pgjobs.records import (
     COUNT_CAP,
     Count,
     EnqueueResult,
+    Heartbeats,
     JobRecord,
     QueueOverview,
     RescueResult,
@@ -57,6 +59,7 @@ class JobManager(models.Manager["Job"]):
         lease: float | timedelta = UNSET,
         expires: float | timedelta | None = UNSET,
         result_retention: float | timedelta | None = UNSET,
+        timeout: float | timedelta | None = UNSET,
         using: str | None = None,
     ) -> EnqueueResult:
         """Write one job in the caller's transaction (S1), merging by key (S3).
@@ -85,6 +88,7 @@ class JobManager(models.Manager["Job"]):
             lease=lease,
             expires=expires,
             result_retention=result_retention,
+            timeout=timeout,
         )
 
     def enqueue_many(
@@ -125,78 +129,46 @@ class JobManager(models.Manager["Job"]):
             return []
         alias = db.alias(using)
         limited = sorted(limited_queues(alias).intersection(names))
-        handles, lapsed_waiting = self._claim(names, limited, n, worker_id, alias)
+        rows, lapsed_waiting = claiming.claim(names, limited, n, worker_id, alias)
+        handles = self._handles(rows, alias)
         if lapsed_waiting:
             # Rare: a claim lapsed in these queues (its worker died). Put it back in line
             # (or bury it), then fill what this claim has left.
             self.rescue_lapsed(names, pgjobs_settings.SWEEP_BATCH, using=alias)
             if len(handles) < n:
-                handles += self._claim(names, limited, n - len(handles), worker_id, alias)[0]
+                rows = claiming.claim(names, limited, n - len(handles), worker_id, alias)[0]
+                handles += self._handles(rows, alias)
         handles.sort(key=lambda handle: (-handle.priority, handle.run_after, handle.id))
         return handles
-
-    def _claim(
-        self, queues: list[str], limited: list[str], n: int, worker_id: str, alias: str
-    ) -> tuple[list[JobHandle], bool]:
-        """Claim from the limited queues first (a statement of their own), then the rest.
-
-        The fast statement skips paused and limited queues by itself, whatever `limited`
-        (a cache) says, so a stale cache can delay a limited queue's claims a moment but
-        never exceed its limit.
-        """
-        handles: list[JobHandle] = []
-        lapsed_waiting = False
-        locked: set[str] = set()
-        if limited:
-            with transaction.atomic(using=alias):
-                rows = db.fetchall(sql.LOCK_LIMITED_QUEUES, {"queues": limited}, alias)
-                locked = {row[0] for row in rows}
-                if locked:
-                    params = {
-                        "queues": sorted(locked),
-                        "limit": n,
-                        "worker_id": worker_id,
-                        "synchronous_commit": None,
-                    }
-                    rows = db.fetchall(sql.CLAIM_LIMITED_JOBS, params, alias)
-                    handles += self._handles(rows, alias)
-                    lapsed_waiting = bool(rows and rows[0][0])
-            if locked != set(limited):  # a limit was lifted since the cache was read
-                forget_limits()
-        rest = [queue for queue in queues if queue not in locked]
-        if rest and len(handles) < n:
-            params = {"queues": rest, "worker_id": worker_id, **db.commit_mode(alias)}
-            rows = db.fetchall(sql.claim_jobs(n - len(handles)), params, alias)
-            handles += self._handles(rows, alias)
-            lapsed_waiting = lapsed_waiting or bool(rows and rows[0][0])
-        return handles, lapsed_waiting
 
     def _handles(self, rows: Sequence[Any], alias: str) -> list[JobHandle]:
         """The handles of a claim statement's rows (an empty claim returns one row of
         NULLs), each writing back through this manager."""
         return [
             JobHandle(
-                id=row[1],
-                queue=row[2],
-                kind=row[3],
-                key=row[4],
-                priority=row[5],
-                run_after=row[6],
-                attempt=row[7],
-                max_attempts=row[8],
-                lease_s=row[9],
-                token=row[10],
-                claimed_at=row[11],
-                claimed_until=row[12],
-                worker_id=row[13],
-                expires_at=row[14],
-                created_at=row[15],
-                payload=db.json_value(row[16]),
+                id=row[2],
+                queue=row[3],
+                kind=row[4],
+                key=row[5],
+                priority=row[6],
+                run_after=row[7],
+                attempt=row[8],
+                max_attempts=row[9],
+                lease_s=row[10],
+                token=row[11],
+                claimed_at=row[12],
+                claimed_until=row[13],
+                worker_id=row[14],
+                expires_at=row[15],
+                created_at=row[16],
+                payload=db.json_value(row[17]),
+                timeout_s=row[18],
+                keyed=row[19],
                 using=alias,
                 manager=self,
             )
             for row in rows
-            if row[1] is not None
+            if row[2] is not None
         ]
 
     def rescue_lapsed(
@@ -269,6 +241,13 @@ class JobManager(models.Manager["Job"]):
         Raises:
             InvalidSchedule: a delay that is no duration (NaN, over a century, a string).
         """
+        return self._retry_statement(sql.RETRY_JOBS, retries)
+
+    def _retry_statement(
+        self,
+        statement: str,
+        retries: Sequence[tuple[JobHandle, Failure, float | timedelta | None]],
+    ) -> int:
         if not retries:
             return 0
         handles = [handle for handle, _, _ in retries]
@@ -281,7 +260,7 @@ class JobManager(models.Manager["Job"]):
             **db.wake_params(),
             **db.commit_mode(alias),
         }
-        ((retried, promoted, dead, _woken, _),) = db.fetchall(sql.RETRY_JOBS, params, alias)
+        ((retried, promoted, dead, _woken, _),) = db.fetchall(statement, params, alias)
         _mark_finished(
             handles,
             [
@@ -318,37 +297,53 @@ class JobManager(models.Manager["Job"]):
         An absolute reset, not additive; lapsed or superseded claims are refused. Returns
         how many were extended; each extended handle's `claimed_until` is updated.
         """
-        return len(self._heartbeat(sql.HEARTBEAT_JOBS, handles, extend))
+        if not handles:
+            return 0
+        alias = _batch_alias(handles)
+        params = {**_heartbeat_params(handles, extend), **db.commit_mode(alias)}
+        by_id = {handle.id: handle for handle in handles}
+        rows = db.fetchall(sql.HEARTBEAT_JOBS, params, alias)
+        for job_id, claimed_until, _ in rows:
+            by_id[job_id].claimed_until = claimed_until
+        return len(rows)
 
     def heartbeat_unlocked(
-        self, handles: Sequence[JobHandle], extend: float | timedelta | None = None
-    ) -> list[JobHandle]:
+        self,
+        handles: Sequence[JobHandle],
+        progress: Sequence[str | None] | None = None,
+    ) -> Heartbeats:
         """Heartbeat as `heartbeat_batch` does, skipping rows a transaction holds locked
-        (a fence or a transaction-mode job: the lock already keeps claimers away).
-        Returns the handles extended."""
-        extended = self._heartbeat(sql.HEARTBEAT_UNLOCKED_JOBS, handles, extend)
-        return [handle for handle in handles if handle.id in extended]
+        (a fence or a transaction-mode job: the lock already keeps claimers away), and
+        store each claim's progress report (`progress[i]`, JSON; None: none).
 
-    def _heartbeat(
-        self, statement: str, handles: Sequence[JobHandle], extend: float | timedelta | None
-    ) -> set[int]:
-        """Run a heartbeat statement; update the handles extended and return their ids."""
+        Returns the handles extended, and those whose job is gone for good, with why
+        ("cancelled", "expired", a dead letter's reason): their handlers should stop.
+        """
         if not handles:
-            return set()
+            return Heartbeats([], [])
         alias = _batch_alias(handles)
-        extension = None if extend is None else options.validate_extend(extend)
         params = {
-            **db.array_of_claims(handles),
-            "extends_s": [
-                float(handle.lease_s) if extension is None else extension for handle in handles
-            ],
+            **_heartbeat_params(handles, None),
+            "progress": list(progress) if progress is not None else [None] * len(handles),
             **db.commit_mode(alias),
         }
         by_id = {handle.id: handle for handle in handles}
-        rows = db.fetchall(statement, params, alias)
-        for job_id, claimed_until, _ in rows:
-            by_id[job_id].claimed_until = claimed_until
-        return {row[0] for row in rows}
+        extended, gone = [], []
+        for job_id, claimed_until, reason, _ in db.fetchall(
+            sql.HEARTBEAT_UNLOCKED_JOBS, params, alias
+        ):
+            handle = by_id[job_id]
+            if claimed_until is not None:
+                handle.claimed_until = claimed_until
+                extended.append(handle)
+            elif reason is not None:
+                gone.append((handle, reason))
+        return Heartbeats(extended, gone)
+
+    def record_progress(self, handle: JobHandle, progress: str) -> bool:
+        """Store `handle`'s progress report (JSON) if its claim is current."""
+        params = {"id": handle.id, "token": handle.token, "progress": progress}
+        return bool(db.fetchall(sql.RECORD_PROGRESS, params, handle.using))
 
     def release_batch(self, handles: Sequence[JobHandle]) -> int:
         """Hand claims back (S25): pending again, the attempt refunded. Returns how many."""
@@ -369,14 +364,33 @@ class JobManager(models.Manager["Job"]):
         params = {"id": handle.id, "token": handle.token}
         return bool(db.fetchall(sql.LOCK_CURRENT_CLAIM, params, handle.using))
 
+    def limit_statement_time(self, handle: JobHandle, seconds: float) -> None:
+        """Cancel any statement of the current transaction that runs past `seconds` (a
+        transaction-mode job's timeout, S33)."""
+        timeout = f"{max(1, round(seconds * 1000))}ms"
+        db.fetchall(sql.LIMIT_STATEMENT_TIME, {"timeout": timeout}, handle.using)
+
+    def time_out_batch(self, timeouts: Sequence[tuple[JobHandle, Failure]]) -> int:
+        """Record timed-out attempts whose handlers the worker abandoned (S33): retried
+        with backoff, or dead when spent, as retry_batch does; a row a fence holds is
+        skipped (it returns when its lease lapses). Returns how many were recorded."""
+        return self._retry_statement(
+            sql.TIME_OUT_JOBS, [(handle, failure, None) for handle, failure in timeouts]
+        )
+
     # Operators -----------------------------------------------------------------------
 
     def cancel(self, job_id: int, *, using: str | None = None) -> bool:
         """Delete a pending or running job (S18). Returns False when there is no such job.
 
-        A running handler's later writes are refused, since its claim is gone.
+        A running handler is told (S32: `ctx.cancelled`), and its later writes are
+        refused, since its claim is gone. A job inside a transaction right now (a
+        fence, transaction mode) is told only: its worker dead-letters it as
+        "cancelled" once its handler stops.
         """
-        return bool(db.fetchall(sql.CANCEL_JOB, {"id": job_id}, using))
+        params = {"ids": db.array_of_ids([job_id]), **db.wake_params()}
+        ((deleted, told, _),) = db.fetchall(sql.CANCEL_JOB, params, using)
+        return bool(deleted or told)
 
     def get_job(self, job_id: int, *, using: str | None = None) -> JobRecord | None:
         """Read a job from the live or the dead table (S19), or return None."""
@@ -402,12 +416,14 @@ class JobManager(models.Manager["Job"]):
     ) -> int:
         """Move pending or running jobs to the dead table with `reason` (requeueable).
 
-        Unlike `cancel` (S18, which deletes), the job stays on record. Returns how many
-        were moved; finished jobs are skipped.
+        Unlike `cancel` (S18, which deletes), the job stays on record. Running handlers
+        are told (S32). Returns how many were moved, or told only (inside a transaction
+        right now: their workers dead-letter them once their handlers stop); finished
+        jobs are skipped.
         """
-        params = {"ids": db.array_of_ids(job_ids), "reason": reason}
-        ((moved,),) = db.fetchall(sql.CANCEL_JOBS, params, using)
-        return int(moved)
+        params = {"ids": db.array_of_ids(job_ids), "reason": reason, **db.wake_params()}
+        ((moved, told, _),) = db.fetchall(sql.CANCEL_JOBS, params, using)
+        return int(moved) + int(told)
 
     # Overview (the admin, jobsctl, the metrics' gauges) ---------------------------------
 
@@ -488,6 +504,18 @@ def _retry_delay(handle: JobHandle, delay: float | timedelta | None) -> float:
     return seconds
 
 
+def _heartbeat_params(
+    handles: Sequence[JobHandle], extend: float | timedelta | None
+) -> dict[str, Any]:
+    extension = None if extend is None else options.validate_extend(extend)
+    return {
+        **db.array_of_claims(handles),
+        "extends_s": [
+            float(handle.lease_s) if extension is None else extension for handle in handles
+        ],
+    }
+
+
 def _failure_params(failures: Sequence[Failure]) -> dict[str, Any]:
     """The failures of a retry or fail statement, each already storable (S27)."""
     return {
@@ -509,9 +537,12 @@ def _mark_finished(
     handles: Sequence[JobHandle], ended: Sequence[tuple[str, str | None]] | None = None
 ) -> None:
     """Mark the handles finished once the current transaction commits (now, if none),
-    with how each ended (signals.SUCCEEDED ... and a dead letter's reason), if given."""
+    with how each ended (signals.SUCCEEDED ... and a dead letter's reason), if given.
+    A keyed job's end makes the next keyed claim due at once: its key has room."""
 
     def mark() -> None:
+        if any(handle.keyed for handle in handles):
+            claiming.keyed_claims(handles[0].using).freed()
         for index, handle in enumerate(handles):
             handle.finished = True
             if ended is not None:

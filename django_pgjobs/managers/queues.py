@@ -14,6 +14,7 @@ from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
 from django_pgjobs.exceptions import InvalidJobOption
+from django_pgjobs.limits import Rate
 from django_pgjobs.records import Count, QueueOverview, QueueStatus
 
 if TYPE_CHECKING:
@@ -75,6 +76,26 @@ class QueueControlManager(models.Manager["QueueControl"]):
         forget_limits()
         return changed
 
+    def set_rate(self, queue: str, rate: Any, *, using: str | None = None) -> bool:
+        """Admit at most `rate` claims of `queue`'s jobs per period across every worker
+        ("100/m", a Rate, or None for no rate; S35), counted on the database clock.
+        Returns False when the rate was already so.
+
+        Raises:
+            InvalidLimit: a bad queue name or rate ("fast"); nothing is written.
+        """
+        name = options.validate_queue_name(queue)
+        parsed = None if rate is None else Rate.parse(rate)
+        params = {
+            "queue": name,
+            "rate_limit": None if parsed is None else parsed.limit,
+            "rate_period_s": None if parsed is None else parsed.period_s,
+            **db.wake_params(),
+        }
+        changed = bool(db.fetchall(sql.SET_QUEUE_RATE, params, using))
+        forget_limits()
+        return changed
+
     def sync_settings(self, *, using: str | None = None) -> None:
         """Apply the limits of PGJOBS['QUEUES'] (as every worker does when it starts)."""
         configured = pgjobs_settings.queue_limits()
@@ -114,6 +135,7 @@ class QueueControlManager(models.Manager["QueueControl"]):
                     **counts,
                     paused=bool(control and control.paused),
                     max_running=control.max_running if control else None,
+                    rate=_rate_of(control),
                 )
             )
         return statuses
@@ -124,6 +146,12 @@ class QueueControlManager(models.Manager["QueueControl"]):
         self.using(db.alias(using)).bulk_create(
             [self.model(name=name) for name in names], ignore_conflicts=True
         )
+
+
+def _rate_of(control: Any) -> str | None:
+    if control is None or control.rate_limit is None or control.rate_period_s is None:
+        return None
+    return str(Rate(control.rate_limit, control.rate_period_s))
 
 
 def _validated_limit(max_running: Any) -> int | None:

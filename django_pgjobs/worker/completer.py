@@ -1,6 +1,9 @@
 """The completer: outcomes buffered as handlers finish, recorded many at a time.
 
-Each flush writes one statement per verdict (acks, retries, failures: S17). An outage
+Each flush writes one statement per verdict (acks, retries, failures, cancellations,
+timeouts: S17). A cancelled run (S32) is dead-lettered as cancelled only if its claim is
+still current (a transaction held the row when the cancel came); otherwise the cancel
+already moved the job and the write changes nothing. An outage
 keeps the outcomes buffered, to be tried again once the database is back (a claim that
 lapsed meanwhile is refused, S10, and its job runs again). A statement the database
 refuses for its data is tried job by job, and a job whose outcome cannot be stored is
@@ -16,6 +19,7 @@ from typing import Any
 
 from django_pgjobs.claims import DEAD, LOST, RETRIED, Failure, JobHandle, Outcome, Verdict
 from django_pgjobs.managers import JobManager
+from django_pgjobs.worker.executor import cancellation_of
 from django_pgjobs.worker.faults import Faults, describe, is_outage
 from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
 
@@ -35,10 +39,17 @@ class Completer:
         self._acks: list[tuple[JobHandle, Any]] = []
         self._retries: list[tuple[JobHandle, Failure, float | None]] = []
         self._fails: list[tuple[JobHandle, Failure]] = []
+        self._cancels: list[tuple[JobHandle, Failure]] = []
+        self._timeouts: list[tuple[JobHandle, Failure]] = []
 
     @property
     def unflushed(self) -> bool:
-        return bool(self._acks or self._retries or self._fails)
+        return bool(self._acks or self._retries or self._fails or self._cancels or self._timeouts)
+
+    def timed_out(self, handle: JobHandle, failure: Failure) -> None:
+        """Buffer the attempt of a handler the worker abandoned at its timeout (S33)."""
+        self.counts.count(Outcome(handle=handle, verdict=Verdict.RETRY, duration=0.0))
+        self._timeouts.append((handle, failure))
 
     def take(self, outcome: Outcome) -> None:
         """Buffer what is left to record of `outcome` (counting what needs nothing)."""
@@ -50,6 +61,10 @@ class Completer:
             self._retries.append((outcome.handle, outcome.failure, outcome.delay))
         elif verdict is Verdict.FAIL and outcome.failure is not None:
             self._fails.append((outcome.handle, outcome.failure))
+        elif verdict is Verdict.CANCELLED:
+            self.stats.cancelled += 1
+            if not outcome.handle.finished:  # transaction mode recorded it already
+                self._cancels.append((outcome.handle, cancellation_of(outcome.handle)))
         else:
             self._count_recorded(outcome)
 
@@ -61,6 +76,8 @@ class Completer:
             (self._acks, self._record_acks),
             (self._retries, self._record_retries),
             (self._fails, self._record_fails),
+            (self._cancels, self._record_cancels),
+            (self._timeouts, self._record_timeouts),
         )
         for buffer, record in batches:
             if buffer and not self._record(buffer, record):
@@ -115,6 +132,17 @@ class Completer:
         recorded = self.jobs.fail_batch(fails)
         self.stats.dead += recorded
         self.stats.lost += len(fails) - recorded
+
+    def _record_cancels(self, cancels: list[tuple[JobHandle, Failure]]) -> None:
+        # Counted as cancelled when taken; most were moved by the cancel itself.
+        self.jobs.fail_batch(cancels)
+
+    def _record_timeouts(self, timeouts: list[tuple[JobHandle, Failure]]) -> None:
+        recorded = self.jobs.time_out_batch(timeouts)
+        spent = sum(1 for handle, _ in timeouts if handle.is_last_attempt)
+        self.stats.dead += spent
+        self.stats.retried += recorded - spent
+        self.stats.lost += len(timeouts) - recorded
 
     def _bury_unstorable(self, handle: JobHandle, refused: Exception) -> bool:
         """Dead-letter a job whose outcome the database refused to store (S27); return

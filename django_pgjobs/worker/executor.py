@@ -9,6 +9,9 @@ Transaction mode (S21, `@job(atomic=True)`): the handler runs inside one transac
 holds the job row locked; success deletes the row in that transaction, so the handler's
 database effects and the completion commit together, exactly once. A failure rolls the
 handler's effects back (a savepoint) and records the failure in the same transaction.
+
+Async handlers in lease mode run on the worker's event loop (`run_async`); a
+cancellation (S32) cancels their task, a timeout (S33) too.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from django.db import DatabaseError, transaction
 from django_pgjobs import registry, signals
 from django_pgjobs.claims import Failure, JobHandle, Outcome, Verdict, reason_text
 from django_pgjobs.exceptions import (
+    Cancelled,
     Fail,
     InvalidPayload,
     InvalidSchedule,
@@ -35,9 +39,23 @@ from django_pgjobs.exceptions import (
 from django_pgjobs.options import validate_retry_delay
 from django_pgjobs.payloads import encode_result
 from django_pgjobs.registry import JobDefinition
-from django_pgjobs.worker.faults import describe, is_outage
+from django_pgjobs.worker.faults import describe, is_outage, sqlstate
 
 logger = logging.getLogger("django_pgjobs.jobs")
+
+
+#: SQLSTATE of a statement cancelled by statement_timeout (a transaction-mode timeout).
+QUERY_CANCELED = "57014"
+
+
+def timed_out_error(seconds: float) -> str:
+    """The error of an attempt that ran past its timeout (S33)."""
+    return f"timed out after {seconds:g} s"
+
+
+def runs_on_loop(definition: JobDefinition | None) -> bool:
+    """Whether a kind's jobs run on the worker's event loop: async, in lease mode."""
+    return definition is not None and definition.is_async and not definition.atomic
 
 
 def unknown_kind_error(kind: str) -> str:
@@ -59,14 +77,63 @@ class Executor:
     def run(self, handle: JobHandle) -> Outcome:
         """Run `handle`'s job and return how it ended. Never raises for the job's sake."""
         started = time.monotonic()
+        definition, refused = self._prepare(handle, started)
+        if definition is None:
+            assert refused is not None
+            return refused
+        if definition.atomic:
+            return self._run_atomic(handle, definition, started)
+        return self._run_leased(handle, definition, started)
+
+    async def run_async(self, handle: JobHandle) -> Outcome:
+        """Run an async lease-mode job's handler as a task of the running event loop.
+
+        A cancellation (S32) cancels the task; past its timeout (S33) the task is
+        cancelled and the attempt recorded as timed out. Never raises for the job's sake.
+        """
+        started = time.monotonic()
+        definition, refused = self._prepare(handle, started)
+        if definition is None:
+            assert refused is not None
+            return refused
+        args = (handle,) if definition.takes_context else ()
+        deadline = None
+        try:
+            async with asyncio.timeout(handle.timeout_s) as deadline:
+                result = await definition.func(*args, **handle.payload)
+        except BaseException as error:  # CancelledError too: a job never stops a worker
+            if isinstance(error, asyncio.CancelledError):
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()  # the cancellation was the job's, not the loop's
+            if (
+                isinstance(error, TimeoutError)
+                and deadline is not None
+                and deadline.expired()
+                and not handle.finished
+                and not handle.cancelled
+            ):
+                timeout_s = float(handle.timeout_s or 0)
+                failure = Failure.from_exception(error, text=timed_out_error(timeout_s))
+                return self._retry(handle, failure, None, started)
+            return self._ended(handle, started, error=error)
+        return self._ended(handle, started, result=result)
+
+    def _prepare(
+        self, handle: JobHandle, started: float
+    ) -> tuple[JobDefinition | None, Outcome | None]:
+        """The definition to run `handle` with, or the outcome of not running it."""
         definition = registry.get_definition(handle.kind)
         if definition is None:
             # A rolling deploy: an older worker meets a newer kind. Never import a stored
             # path; back off and let a worker that knows the kind take it.
-            return self._retry(handle, Failure(unknown_kind_error(handle.kind)), None, started)
+            failure = Failure(unknown_kind_error(handle.kind))
+            return None, self._retry(handle, failure, None, started)
         misfit = definition.misfit(handle.payload)  # a row edited by hand may hold any JSON
         if misfit is not None:
-            return self._finish(handle, Verdict.FAIL, started, failure=Failure(misfit))
+            return None, self._finish(handle, Verdict.FAIL, started, failure=Failure(misfit))
+        if handle.cancelled:  # cancelled while it waited for a thread
+            return None, self._finish(handle, Verdict.CANCELLED, started)
         logger.debug(
             "job start id=%s kind=%s attempt=%s/%s",
             handle.id,
@@ -75,33 +142,59 @@ class Executor:
             handle.max_attempts,
         )
         signals.send(signals.job_started, handle.kind, handle=handle)
-        if definition.atomic:
-            return self._run_atomic(handle, definition, started)
-        return self._run_leased(handle, definition, started)
+        return definition, None
 
     def _run_leased(self, handle: JobHandle, definition: JobDefinition, started: float) -> Outcome:
         try:
             result = self._call(handle, definition)
-            if handle.finished:  # the handler acked, retried or failed its own claim
-                return self._finish(handle, Verdict.RECORDED, started)
-            _check_result(result)
         except BaseException as error:  # SystemExit and its kin too: a job never stops a worker
-            return self._classify(handle, error, started)
-        return self._finish(handle, Verdict.ACK, started, result=result)
+            return self._ended(handle, started, error=error)
+        return self._ended(handle, started, result=result)
+
+    def _ended(
+        self,
+        handle: JobHandle,
+        started: float,
+        *,
+        result: Any = None,
+        error: BaseException | None = None,
+    ) -> Outcome:
+        """The outcome of a lease-mode handler that returned `result` or raised `error`."""
+        if handle.finished:  # the handler acked, retried or failed its own claim
+            return self._finish(handle, Verdict.RECORDED, started)
+        if handle.cancelled:  # whatever it did then: the job is cancelled (S32)
+            return self._finish(handle, Verdict.CANCELLED, started)
+        if error is None:
+            try:
+                _check_result(result)
+            except ResultNotJson as not_json:
+                error = not_json
+            else:
+                return self._finish(handle, Verdict.ACK, started, result=result)
+        return self._classify(handle, error, started)
 
     def _run_atomic(self, handle: JobHandle, definition: JobDefinition, started: float) -> Outcome:
+        timeout_s = handle.timeout_s
         try:
             with transaction.atomic(using=handle.using):
                 if not handle.manager.lock_claim(handle):
                     return self._finish(handle, Verdict.LOST, started)
+                if timeout_s is not None:  # S33: no statement outlives the timeout
+                    handle.manager.limit_statement_time(handle, timeout_s)
                 try:
                     # A savepoint: a failure undoes the handler's writes, not the row lock.
                     with transaction.atomic(using=handle.using):
                         result = self._call(handle, definition)
+                        if handle.cancelled:
+                            raise _Stopped
+                        if timeout_s is not None and time.monotonic() - started > timeout_s:
+                            raise TimeoutError(timed_out_error(timeout_s))
                         _check_result(result)
                 except BaseException as error:
-                    outcome = self._classify(handle, error, started)
+                    outcome = self._atomic_failure(handle, error, started)
                     _record(outcome)
+                    if outcome.verdict is Verdict.CANCELLED:
+                        return outcome
                     return _as_recorded(outcome)
                 handle.manager.ack_batch([handle], [result])
         except DatabaseError as error:
@@ -125,9 +218,25 @@ class Executor:
             return self._retry(handle, failure, None, started)
         return _as_recorded(self._finish(handle, Verdict.ACK, started, result=result))
 
+    def _atomic_failure(self, handle: JobHandle, error: BaseException, started: float) -> Outcome:
+        """The outcome of a transaction-mode handler whose savepoint was rolled back."""
+        if handle.cancelled:
+            return self._finish(handle, Verdict.CANCELLED, started)
+        timeout_s = handle.timeout_s
+        if timeout_s is not None and (
+            sqlstate(error) == QUERY_CANCELED
+            or (isinstance(error, TimeoutError) and str(error) == timed_out_error(timeout_s))
+        ):
+            failure = Failure.from_exception(error, text=timed_out_error(timeout_s))
+            return self._retry(handle, failure, None, started)
+        return self._classify(handle, error, started)
+
     def _classify(self, handle: JobHandle, error: BaseException, started: float) -> Outcome:
         if isinstance(error, LeaseLost):
             return self._finish(handle, Verdict.LOST, started)
+        if isinstance(error, Cancelled):  # raised by a handler whose job was not cancelled
+            failure = Failure.from_exception(error, text="cancelled")
+            return self._finish(handle, Verdict.FAIL, started, failure=failure)
         if isinstance(error, Retry):
             return self._retry_raised(handle, error, started)
         if isinstance(error, Fail):
@@ -208,6 +317,10 @@ class ResultNotJson(Exception):
     """A handler returned a value that cannot be stored as JSON."""
 
 
+class _Stopped(BaseException):
+    """Rolls a cancelled transaction-mode handler's savepoint back (S32)."""
+
+
 def _check_result(result: Any) -> None:
     try:
         encode_result(result)
@@ -220,12 +333,19 @@ def _check_result(result: Any) -> None:
 
 
 def _record(outcome: Outcome) -> None:
-    """Record a failed run inside transaction mode's own transaction."""
+    """Record a failed or cancelled run inside transaction mode's own transaction."""
     handle = outcome.handle
-    if outcome.verdict is Verdict.RETRY and outcome.failure is not None:
+    if outcome.verdict is Verdict.CANCELLED:
+        handle.manager.fail_batch([(handle, cancellation_of(handle))])
+    elif outcome.verdict is Verdict.RETRY and outcome.failure is not None:
         handle.manager.retry_batch([(handle, outcome.failure, outcome.delay)])
     elif outcome.verdict is Verdict.FAIL and outcome.failure is not None:
         handle.manager.fail_batch([(handle, outcome.failure)])
+
+
+def cancellation_of(handle: JobHandle) -> Failure:
+    """The dead letter's reason of a job cancelled while it ran (S32)."""
+    return Failure(handle.control.reason or "cancelled")
 
 
 def _as_recorded(outcome: Outcome) -> Outcome:
@@ -237,6 +357,12 @@ def _log(outcome: Outcome) -> None:
     where = (handle.id, handle.kind, handle.attempt, handle.max_attempts, outcome.duration)
     if outcome.verdict in (Verdict.ACK, Verdict.RECORDED):
         logger.info("job done id=%s kind=%s attempt=%s/%s duration=%.3fs", *where)
+    elif outcome.verdict is Verdict.CANCELLED:
+        logger.warning(
+            "job cancelled id=%s kind=%s attempt=%s/%s duration=%.3fs reason=%r",
+            *where,
+            handle.control.reason or "cancelled",
+        )
     elif outcome.verdict is Verdict.LOST:
         logger.warning(
             "job lost id=%s kind=%s attempt=%s/%s duration=%.3fs: the claim lapsed or was "

@@ -1,23 +1,29 @@
 """The claims a worker holds: when each lease ends, the heartbeats that keep long jobs
-claimed (S11), and handing claims back at a stop (S25)."""
+claimed (S11) and carry their progress, the cancellations and timeouts that stop them
+(S32, S33), and handing claims back at a stop (S25)."""
 
 from __future__ import annotations
 
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from django_pgjobs import registry
 from django_pgjobs.claims import JobHandle
 from django_pgjobs.managers import JobManager
+from django_pgjobs.worker.executor import runs_on_loop, timed_out_error
 from django_pgjobs.worker.faults import Faults, describe
 
 logger = logging.getLogger("django_pgjobs.worker")
 
 #: Heartbeat a running job when this fraction of its lease has passed since the last one.
 HEARTBEAT_FRACTION = 1 / 3
+#: A job's progress reports are stored at most this often, by the heartbeats.
+PROGRESS_INTERVAL_S = 1.0
+#: How often the loop looks for reports to store and for handlers past their timeout.
+LOOK_INTERVAL_S = 0.1
 
 
 @dataclass(eq=False)
@@ -32,26 +38,55 @@ class Running:
     #: from after the claim or heartbeat statement returned, so never before the
     #: database's claimed_until. A job still waiting for a thread then is not started.
     lease_ends: float
+    #: An async lease-mode job: it runs on the worker's event loop, not a thread.
+    on_loop: bool = False
     #: Set by the handler thread that takes the job (a prefetched job waits until then).
     started: bool = False
+    #: When it started, on the monotonic clock (for its timeout, S33).
+    started_at: float | None = None
+    #: Given up on at its timeout: its thread is replaced, its outcome ignored; and
+    #: whether its outcome came back first (both set under the pool's lock).
+    abandoned: bool = False
+    delivered: bool = False
 
     @property
     def heartbeats(self) -> bool:
         return not (self.atomic and self.started)
 
+    @property
+    def deadline(self) -> float | None:
+        """When a sync lease-mode handler is abandoned (S33; None: never)."""
+        timeout_s = self.handle.timeout_s
+        if timeout_s is None or self.on_loop or self.atomic or self.started_at is None:
+            return None
+        return self.started_at + timeout_s
+
 
 class Leases:
     """The claims held, by token, and their heartbeats."""
 
-    def __init__(self, jobs: JobManager, faults: Faults) -> None:
+    def __init__(self, jobs: JobManager, faults: Faults, wake: Callable[[], None]) -> None:
         self.jobs = jobs
         self.faults = faults
+        self._wake = wake
         self._running: dict[uuid.UUID, Running] = {}
         #: The earliest next_heartbeat among the claims (inf: none due).
         self.next_heartbeat_at = float("inf")
+        #: Claims with a progress report waiting for a heartbeat (set from any thread).
+        self._reported: set[uuid.UUID] = set()
+        self._on_loop = 0
+        #: Claims with a timeout the loop enforces (sync, lease mode), and when it
+        #: next looks for progress reports and overdue handlers.
+        self._timed = 0
+        self._look_at = 0.0
 
     def __len__(self) -> int:
         return len(self._running)
+
+    @property
+    def on_loop(self) -> int:
+        """How many of the claims are async jobs on the event loop."""
+        return self._on_loop
 
     def hold(self, handles: Sequence[JobHandle]) -> list[Running]:
         """Hold the claims just made; return them, to be handed to the threads."""
@@ -64,45 +99,123 @@ class Leases:
                 next_heartbeat=claimed_at + handle.lease_s * HEARTBEAT_FRACTION,
                 atomic=definition is not None and definition.atomic,
                 lease_ends=claimed_at + handle.lease_s,
+                on_loop=runs_on_loop(definition),
             )
+            handle.control.carrier = self._carrier(handle.token)
             self._running[handle.token] = running
+            self._on_loop += running.on_loop
+            self._timed += _enforced(running)
             self.next_heartbeat_at = min(self.next_heartbeat_at, running.next_heartbeat)
             held.append(running)
         return held
 
+    def _carrier(self, token: uuid.UUID) -> Callable[[], None]:
+        """What a handle calls when it has a progress report for the next heartbeat."""
+
+        def carry() -> None:
+            if token not in self._reported:
+                self._reported.add(token)
+                self._wake()
+
+        return carry
+
     def drop(self, handle: JobHandle) -> None:
         """Forget a claim whose outcome is in (or that was handed back)."""
-        self._running.pop(handle.token, None)
+        running = self._running.pop(handle.token, None)
+        if running is not None:
+            self._on_loop -= running.on_loop
+            self._timed -= _enforced(running)
+        handle.control.carrier = None
+        self._reported.discard(handle.token)
 
     def handles(self) -> list[JobHandle]:
         return [running.handle for running in self._running.values()]
 
-    def heartbeat_due(self, now: float) -> None:
-        """Extend the leases whose heartbeat is due, in one statement (S11)."""
-        if now < self.next_heartbeat_at or self.faults.waiting(now):
+    def cancel(self, job_id: int, token: uuid.UUID, reason: str) -> bool:
+        """Tell the handler of a claim held here that its job is gone (S32)."""
+        running = self._running.get(token)
+        if running is None or running.handle.id != job_id:
+            return False
+        return running.handle.control.cancel(reason)
+
+    # Timeouts (S33) ------------------------------------------------------------------
+
+    @property
+    def next_look_at(self) -> float | None:
+        """When the loop should next look for reports and overdue handlers (None: no need)."""
+        return self._look_at if (self._timed or self._reported) else None
+
+    def look(self, now: float) -> list[Running]:
+        """Every LOOK_INTERVAL_S: store waiting progress reports that are due, and return
+        the handlers past their timeout (see overdue)."""
+        if now < self._look_at or not (self._timed or self._reported):
+            return []
+        self._look_at = now + LOOK_INTERVAL_S
+        if self._reported:
+            self.heartbeat_due(now, with_reports=True)
+        return self.overdue(now) if self._timed else []
+
+    def overdue(self, now: float) -> list[Running]:
+        """The sync lease-mode claims whose handler ran past its timeout: the caller
+        abandons them (`time_out`) and records their attempt."""
+        return [
+            running
+            for running in self._running.values()
+            if (deadline := running.deadline) is not None and deadline <= now
+        ]
+
+    def time_out(self, running: Running) -> None:
+        """Let go of an abandoned claim: its handler is told, its lease is no longer kept."""
+        running.handle.control.cancel(timed_out_error(running.handle.timeout_s or 0.0))
+        self.drop(running.handle)
+
+    # Heartbeats (S11), progress, and the fallback of cancellations (S32) ----------------
+
+    def heartbeat_due(self, now: float, *, with_reports: bool = False) -> None:
+        """Extend the leases whose heartbeat is due (S11), and, `with_reports`, those
+        with a progress report waiting whose last write is PROGRESS_INTERVAL_S old, in
+        one statement that stores the reports; tell the handlers whose job is gone."""
+        reported = self._reported if with_reports else set()
+        if now < self.next_heartbeat_at and not reported:
             return
-        due = []
+        if self.faults.waiting(now):
+            return
+        due: list[Running] = []
         self.next_heartbeat_at = float("inf")
         for running in self._running.values():
             if not running.heartbeats:
                 continue
-            if running.next_heartbeat <= now:
+            if running.next_heartbeat <= now or (
+                running.handle.token in reported
+                and now - running.next_heartbeat + self._every(running) >= PROGRESS_INTERVAL_S
+            ):
                 due.append(running)
             else:
                 self.next_heartbeat_at = min(self.next_heartbeat_at, running.next_heartbeat)
         if not due:
             return
+        for running in due:
+            self._reported.discard(running.handle.token)
+        progress = [running.handle.control.take_report() for running in due]
         try:
-            extended = self.jobs.heartbeat_unlocked([running.handle for running in due])
+            beats = self.jobs.heartbeat_unlocked([running.handle for running in due], progress)
         except Exception as error:
             self.next_heartbeat_at = now  # try again once the database is back
             self.faults.failed("heartbeat", error)
             return
         self.faults.recovered()
-        extended_tokens = {handle.token for handle in extended}
+        for handle, reason in beats.gone:
+            if handle.control.cancel(reason):
+                logger.info(
+                    "job id=%s kind=%s is gone (%s): its handler is told to stop",
+                    handle.id,
+                    handle.kind,
+                    reason,
+                )
+        extended_tokens = {handle.token for handle in beats.extended}
         extended_at = time.monotonic()
         for running in due:
-            every = running.handle.lease_s * HEARTBEAT_FRACTION
+            every = self._every(running)
             if running.handle.token in extended_tokens:
                 running.next_heartbeat = now + every
                 running.lease_ends = extended_at + running.handle.lease_s
@@ -110,6 +223,10 @@ class Leases:
                 # Locked by a fence right now, or no longer ours: look again soon.
                 running.next_heartbeat = now + min(1.0, every)
             self.next_heartbeat_at = min(self.next_heartbeat_at, running.next_heartbeat)
+
+    @staticmethod
+    def _every(running: Running) -> float:
+        return running.handle.lease_s * HEARTBEAT_FRACTION
 
     def hand_back(self, handles: list[JobHandle], which: str, level: int) -> None:
         """Give claims back (S25): pending again, the attempt refunded."""
@@ -132,3 +249,8 @@ class Leases:
             len(handles),
             which,
         )
+
+
+def _enforced(running: Running) -> bool:
+    """Whether the loop enforces this claim's timeout: a sync handler in lease mode."""
+    return running.handle.timeout_s is not None and not (running.on_loop or running.atomic)

@@ -26,11 +26,12 @@ from types import FrameType
 from typing import Any
 
 from django_pgjobs import options, registry
-from django_pgjobs.claims import JobHandle, Verdict
+from django_pgjobs.claims import Failure, JobHandle, Verdict
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.models import Job, QueueControl
 from django_pgjobs.worker.completer import Completer
+from django_pgjobs.worker.executor import timed_out_error
 from django_pgjobs.worker.faults import Faults, describe
 from django_pgjobs.worker.leases import Leases
 from django_pgjobs.worker.pacing import Pacing
@@ -76,6 +77,7 @@ class WorkerOptions:
 
     queues: list[str]
     concurrency: int
+    async_concurrency: int
     prefetch: int
     worker_id: str
     burst: bool
@@ -125,6 +127,8 @@ class Worker:
     Args:
         queues: the queues to claim from (default: every queue this process knows).
         concurrency: handler threads.
+        async_concurrency: async handlers running at once on the worker's event loop
+            (default: the ASYNC_CONCURRENCY setting).
         prefetch: the most jobs claimed ahead of free threads while jobs are short
             (default: the PREFETCH setting; 0: none).
         worker_id: stamped on every claim (default: host:pid:random).
@@ -144,6 +148,7 @@ class Worker:
         *,
         queues: Sequence[str] | None = None,
         concurrency: int | None = None,
+        async_concurrency: int | None = None,
         prefetch: int | None = None,
         worker_id: str | None = None,
         burst: bool = False,
@@ -160,12 +165,16 @@ class Worker:
         concurrency = concurrency or pgjobs_settings.CONCURRENCY
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1.")
+        async_concurrency = async_concurrency or pgjobs_settings.ASYNC_CONCURRENCY
+        if async_concurrency < 1:
+            raise ValueError("async_concurrency must be at least 1.")
         prefetch = pgjobs_settings.PREFETCH if prefetch is None else prefetch
         if prefetch < 0:
             raise ValueError("prefetch must not be negative.")
         self.options = WorkerOptions(
             queues=options.validate_queue_names(queues or default_queues()),
             concurrency=concurrency,
+            async_concurrency=async_concurrency,
             prefetch=prefetch,
             worker_id=options.validate_worker_id(worker_id or default_worker_id()),
             burst=burst,
@@ -186,11 +195,11 @@ class Worker:
         )
         self.faults = Faults(using, on_failure=self.pacing.look_again)
         self.completer = Completer(self.jobs, self.stats, self.faults, MinuteCounts(using))
-        self.leases = Leases(self.jobs, self.faults)
         self.wakeup = Wakeup(
             using=using, listen=self.options.listen, poll_interval=self.options.poll_interval
         )
-        self.pool = HandlerPool(concurrency, self.wakeup.wake)
+        self.leases = Leases(self.jobs, self.faults, self.wakeup.wake)
+        self.pool = HandlerPool(concurrency, self.wakeup.wake, async_concurrency)
         self.services = self._services()
         self.stopping = _Stopping(self.options.shutdown_grace)
         self.report = _StatusReport(on_status, status_interval)
@@ -242,13 +251,14 @@ class Worker:
             restore()
         stats = self.stats
         logger.info(
-            "worker stopped id=%s claimed=%s succeeded=%s retried=%s dead=%s lost=%s "
-            "first_claim_at=%s last_recorded_at=%s",
+            "worker stopped id=%s claimed=%s succeeded=%s retried=%s dead=%s cancelled=%s "
+            "lost=%s first_claim_at=%s last_recorded_at=%s",
             self.worker_id,
             stats.claimed,
             stats.succeeded,
             stats.retried,
             stats.dead,
+            stats.cancelled,
             stats.lost,
             _moment(stats.first_claim_at),
             _moment(stats.last_recorded_at),
@@ -319,6 +329,7 @@ class Worker:
             else:
                 self._contained("claim", self._claim_if_possible, now)
             self._contained("heartbeat", self.leases.heartbeat_due, now)
+            self._contained("look after running jobs", self._look_after, now)
             self._contained("record the per-minute counts", self.completer.counts.write, now)
             self.report(self.stats, now)
             self._wait(self._timeout(time.monotonic()))
@@ -339,7 +350,15 @@ class Worker:
         return self.options.burst and idle and not self.pacing.maybe_more
 
     def _free_slots(self) -> int:
-        free = self.pacing.slots(len(self.leases))
+        return self._claimable(self.pacing.slots(len(self.leases) - self.leases.on_loop))
+
+    def _free_places(self) -> int:
+        """The event loop's free places for async jobs (0 when it runs none here)."""
+        if not self.pool.runs_async:
+            return 0
+        return max(self.options.async_concurrency - self.leases.on_loop, 0)
+
+    def _claimable(self, free: int) -> int:
         if self.options.max_jobs is not None:
             free = min(free, self.options.max_jobs - self.stats.claimed)
         return max(free, 0)
@@ -347,7 +366,8 @@ class Worker:
     def _claim_if_possible(self, now: float) -> None:
         pacing = self.pacing
         pacing.tick(now)
-        free = pacing.claim_size(self._free_slots())
+        places = pacing.async_slots(self._free_places())
+        free = self._claimable(pacing.claim_size(self._free_slots()) + places)
         if not pacing.maybe_more or free <= 0 or self.faults.waiting(now):
             return
         using, queues = self.options.using, self.options.queues
@@ -370,7 +390,9 @@ class Worker:
             pacing.dry(due_in, time.monotonic())
 
     def _hand_out(self, handles: list[JobHandle]) -> None:
-        self.pool.submit(self.leases.hold(handles))
+        held = self.leases.hold(handles)
+        self.pacing.claimed(len(held), sum(running.on_loop for running in held))
+        self.pool.submit(held)
         if handles and self.stats.first_claim_at is None:
             self.stats.first_claim_at = time.time()
         self.stats.claimed += len(handles)
@@ -383,6 +405,18 @@ class Worker:
             if outcome.verdict is not Verdict.LOST:  # a lost claim may not have run at all
                 self.pacing.ran(outcome.duration)
             self.completer.take(outcome)
+        self.stats.in_flight = len(self.leases)
+
+    def _look_after(self, now: float) -> None:
+        """Store the progress reports that wait, and abandon the handlers past their
+        timeout (S33): their attempt is recorded as timed out and retried, their claim
+        released, so whatever they write later is refused."""
+        for running in self.leases.look(now):
+            if not self.pool.abandon(running):
+                continue  # it finished just now: its outcome stands
+            self.leases.time_out(running)
+            handle = running.handle
+            self.completer.timed_out(handle, Failure(timed_out_error(handle.timeout_s or 0.0)))
         self.stats.in_flight = len(self.leases)
 
     def _flush(self) -> None:
@@ -420,7 +454,7 @@ class Worker:
         pacing = self.pacing
         if (
             pacing.maybe_more
-            and self._free_slots() > 0
+            and (self._free_slots() > 0 or pacing.async_slots(self._free_places()) > 0)
             and not self.stopping.requested.is_set()
             and not self.faults.waiting(now)
         ):
@@ -437,11 +471,17 @@ class Worker:
         reconnect = self.wakeup.reconnect_at(now)
         if reconnect is not None:
             deadlines.append(reconnect)
+        look = self.leases.next_look_at
+        if look is not None:
+            deadlines.append(look)
         return max(0.0, min(deadlines) - now)
 
     def _wait(self, timeout: float) -> None:
         if self.wakeup.wait(timeout, self.options.queues):
             self.pacing.look_again()
+        for job_id, token in self.wakeup.take_cancels():
+            if self.leases.cancel(job_id, token, "cancelled"):
+                logger.info("job id=%s was cancelled: its handler is told to stop", job_id)
 
 
 def _moment(timestamp: float | None) -> str:

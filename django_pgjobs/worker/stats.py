@@ -24,6 +24,7 @@ class WorkerStats:
     succeeded: int = 0
     retried: int = 0
     dead: int = 0
+    cancelled: int = 0
     lost: int = 0
     in_flight: int = 0
     started_at: float = field(default_factory=time.monotonic)
@@ -34,7 +35,7 @@ class WorkerStats:
 
     @property
     def finished(self) -> int:
-        return self.succeeded + self.retried + self.dead + self.lost
+        return self.succeeded + self.retried + self.dead + self.cancelled + self.lost
 
 
 class MinuteCounts:

@@ -1,5 +1,6 @@
 """What an idle worker sleeps on (S23): a pipe its own threads write to, and the LISTEN
-line, which it connects, probes once, and reconnects after a loss."""
+line, which it connects, probes once, and reconnects after a loss. The line also brings
+the cancellations of running jobs (S32): "pgjobs.cancel:<id>:<token>"."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 import os
 import select
 import time
+import uuid
 from collections.abc import Collection
 
 import psycopg
@@ -18,6 +20,9 @@ from django_pgjobs.db.listener import Listener
 from django_pgjobs.worker.faults import RECONNECT_BACKOFF_CAP_S
 
 logger = logging.getLogger("django_pgjobs.worker")
+
+#: The start of a cancellation's notification payload (queue names cannot start so).
+CANCEL_PREFIX = "pgjobs.cancel:"
 
 
 class Wakeup:
@@ -34,6 +39,7 @@ class Wakeup:
         os.set_blocking(self._write, False)
         self._probed = False
         self._retry_at = 0.0
+        self._cancels: list[tuple[int, uuid.UUID]] = []
 
     @property
     def connected(self) -> bool:
@@ -71,6 +77,11 @@ class Wakeup:
         if self.listener.connected and self.listener.fileno() in ready:
             maybe_more = self._drain(queues) or maybe_more
         return maybe_more
+
+    def take_cancels(self) -> list[tuple[int, uuid.UUID]]:
+        """The (job id, claim token) of the cancellations notified since the last call."""
+        cancels, self._cancels = self._cancels, []
+        return cancels
 
     def close(self) -> None:
         self.listener.close()
@@ -117,4 +128,19 @@ class Wakeup:
             logger.warning("LISTEN connection lost (%s); reconnecting", error)
             self.listener.close()
             return False
+        for payload in notified:
+            if payload.startswith(CANCEL_PREFIX):
+                cancel = _cancel_of(payload)
+                if cancel is not None:
+                    self._cancels.append(cancel)
         return bool(notified.intersection(queues))
+
+
+def _cancel_of(payload: str) -> tuple[int, uuid.UUID] | None:
+    """The (job id, token) a cancellation's payload names, or None for a malformed one."""
+    job_id, _, token = payload[len(CANCEL_PREFIX) :].partition(":")
+    try:
+        return int(job_id), uuid.UUID(token)
+    except ValueError:
+        logger.debug("ignored a malformed cancellation notification %r", payload[:100])
+        return None

@@ -62,7 +62,7 @@ def _claim_on(conn: psycopg.Connection, queue: str) -> list[int]:
     }
     with conn.cursor() as cursor:
         cursor.execute(sql.CLAIM_JOBS, params)
-        return [r[1] for r in cursor.fetchall() if r[1] is not None]
+        return [r[2] for r in cursor.fetchall() if r[2] is not None]
 
 
 class TestS3Keys:

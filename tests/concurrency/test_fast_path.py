@@ -28,7 +28,7 @@ def test_bookkeeping_asks_for_an_asynchronous_commit_of_its_own_transaction() ->
         conn.autocommit = False
         params = {"queues": ["default"], "worker_id": "w", "synchronous_commit": "off"}
         rows = conn.execute(sql.claim_jobs(1), params).fetchall()
-        assert rows[0][1] is not None
+        assert rows[0][2] is not None
         assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
         conn.rollback()
         assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)

@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from psycopg import sql as pgsql
 
 from django_pgjobs.db import sql
-from django_pgjobs.models import DeadJob, Job, JobStats, QueueControl, Schedule
+from django_pgjobs.models import DeadJob, Job, JobStats, QueueControl, RateClaim, Schedule
 
 pytestmark = pytest.mark.django_db
 
@@ -32,18 +32,25 @@ ONE_JOB = {
     "lease_s": 30,
     "expires_s": None,
     "result_ttl_s": None,
+    "timeout_s": None,
+    "limit_key": None,
+    "concurrency_limit": None,
+    "rate_limit": None,
+    "rate_period_s": None,
     "on_conflict": "replace",
 }
 SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "ENQUEUE_JOB": {**ONE_JOB, **WAKE},
     "INSERT_JOB": {**ONE_JOB, **WAKE},
     "ENQUEUE_JOBS": {
-        "jobs": '[["default", "demo.t", 0, null, null, 3, 30, null, null, "k", {}]]',
+        "jobs": '[["default", "demo.t", 0, null, null, 3, 30, null, null, 5.0, 2, 10, 60.0,'
+        ' "tenant:1", "k", {}]]',
         "on_conflict": "replace",
         **WAKE,
     },
     "ENQUEUE_KEYLESS_JOBS": {
-        "jobs": '[["default", "demo.t", 0, null, null, 3, 30, null, null, null, {}]]',
+        "jobs": '[["default", "demo.t", 0, null, null, 3, 30, null, null, null, null, null,'
+        " null, null, null, {}]]",
         **WAKE,
     },
     "CLAIM_JOBS": {
@@ -92,9 +99,33 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "ids": [1],
         "tokens": [TOKEN],
         "extends_s": [10.0],
+        "progress": ['{"fraction": 0.5, "message": null, "data": {}}'],
     },
+    "RECORD_PROGRESS": {"id": 1, "token": TOKEN, "progress": '{"fraction": 1}'},
+    "TIME_OUT_JOBS": {
+        "synchronous_commit": "off",
+        "ids": [1],
+        "tokens": [TOKEN],
+        "errors": ["timed out after 1 s"],
+        "tracebacks": [None],
+        "exceptions": [None],
+        "delays_s": [1.0],
+        "errors_kept": 10,
+        **WAKE,
+    },
+    "LOCK_KEYS": {"queues": ["default"], "keys": 64, "after": ""},
+    "CLAIM_KEYED_JOBS": {
+        "synchronous_commit": None,
+        "queues": ["default"],
+        "pair_queues": ["default"],
+        "pair_keys": ["tenant:1"],
+        "limit": 5,
+        "worker_id": "w",
+    },
+    "PRUNE_RATE_CLAIMS": {"limit": 10},
+    "LIMIT_STATEMENT_TIME": {"timeout": "1500ms"},
     "LOCK_CURRENT_CLAIM": {"id": 1, "token": TOKEN},
-    "CANCEL_JOB": {"id": 1},
+    "CANCEL_JOB": {"ids": [1], **WAKE},
     "REQUEUE_DEAD_JOB": {"id": 1, **WAKE},
     "NEXT_DUE_IN": {"queues": ["default"]},
     "SWEEP_EXPIRED": {"limit": 10, "errors_kept": 10, **WAKE},
@@ -106,7 +137,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "LISTEN_CHANNEL": {},
     "TUNE_WORKER_SESSION": {},
     "RUN_JOBS_NOW": {"ids": [1], **WAKE},
-    "CANCEL_JOBS": {"ids": [1], "reason": "cancelled"},
+    "CANCEL_JOBS": {"ids": [1], "reason": "cancelled", **WAKE},
     "LIVE_QUEUE_NAMES": {},
     "DEAD_QUEUE_NAMES": {},
     "QUEUE_OVERVIEW": {"queues": ["default"], "cap": 100},
@@ -132,6 +163,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "RESUME_QUEUES": {"queues": ["default"], **WAKE},
     "SET_QUEUE_LIMIT": {"queue": "default", "max_running": 2, "from_settings": False, **WAKE},
     "LIFT_SETTINGS_LIMITS": {"queues": ["default"]},
+    "SET_QUEUE_RATE": {"queue": "default", "rate_limit": 10, "rate_period_s": 60.0, **WAKE},
     "DUE_SCHEDULES": {"limit": 10},
     "ADVANCE_SCHEDULE": {
         "name": "s",
@@ -168,6 +200,7 @@ TABLELESS = {
     "TUNE_WORKER_SESSION",
     "DATABASE_CLOCK",
     "LIMIT_LOCK_WAIT",
+    "LIMIT_STATEMENT_TIME",
     "TERMINATE_BACKENDS",
     "PROBE_LISTENER",
 }
@@ -196,7 +229,7 @@ def test_statement_names_only_the_models_tables_and_opens_with_a_comment(name: s
     assert statement.lstrip().startswith("-- ")
     tables = set(re.findall(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(pgjobs_\w+)", statement))
     assert bool(tables) == (name not in TABLELESS)
-    models = (Job, DeadJob, JobStats, QueueControl, Schedule)
+    models = (Job, DeadJob, JobStats, QueueControl, Schedule, RateClaim)
     assert tables <= {model._meta.db_table for model in models}
     assert Job._meta.db_table == sql.JOB_TABLE and DeadJob._meta.db_table == sql.DEAD_TABLE
 

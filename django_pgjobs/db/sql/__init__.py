@@ -9,11 +9,22 @@ and promotion, the columns a job keeps) are named pieces of `fragments`, spliced
 
 from __future__ import annotations
 
-from django_pgjobs.db.sql import claims, dead, jobs, listen, queues, schedules, session, stats
+from django_pgjobs.db.sql import (
+    claims,
+    dead,
+    jobs,
+    limits,
+    listen,
+    queues,
+    schedules,
+    session,
+    stats,
+)
 from django_pgjobs.db.sql.claims import *  # noqa: F403
 from django_pgjobs.db.sql.claims import claim_jobs
 from django_pgjobs.db.sql.dead import *  # noqa: F403
 from django_pgjobs.db.sql.jobs import *  # noqa: F403
+from django_pgjobs.db.sql.limits import *  # noqa: F403
 from django_pgjobs.db.sql.listen import *  # noqa: F403
 from django_pgjobs.db.sql.queues import *  # noqa: F403
 from django_pgjobs.db.sql.schedules import *  # noqa: F403
@@ -26,7 +37,7 @@ DEAD_TABLE = "pgjobs_dead"
 #: Every statement, by name: the managers' whole vocabulary.
 STATEMENTS: dict[str, str] = {
     name: value
-    for module in (claims, dead, jobs, listen, queues, schedules, session, stats)
+    for module in (claims, dead, jobs, limits, listen, queues, schedules, session, stats)
     for name, value in vars(module).items()
     if name.isupper() and isinstance(value, str) and value.lstrip().startswith("--")
 }

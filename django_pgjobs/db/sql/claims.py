@@ -14,41 +14,14 @@ import functools
 
 from django_pgjobs.db.sql.fragments import (
     CLAIM_IS_CURRENT,
+    CLAIM_PICKED,
     CLAIMABLE,
     COMMIT_MODE,
     KEPT_COLUMNS,
     KEPT_COLUMNS_OF_J,
     PROMOTE_RERUN,
+    UNKEYED,
 )
-
-# What a claim statement returns (after its lapsed_waiting flag), and what the caller
-# reads into a JobHandle.
-_CLAIMED = f"""claimed AS (
-    -- Claim the rows of `picked` (S8).
-    UPDATE pgjobs_job AS j
-    SET state = 'running',
-        attempts = j.attempts + 1,
-        claimed_by = gen_random_uuid(),
-        claimed_at = now(),
-        started_at = coalesce(j.started_at, now()),
-        claimed_until = now() + make_interval(secs => j.lease_s),
-        worker_id = %(worker_id)s
-    FROM picked AS p
-    WHERE j.id = p.id
-    RETURNING j.id, j.queue, j.kind, j.key, j.priority, j.run_after, j.attempts,
-              j.max_attempts, j.lease_s, j.claimed_by, j.claimed_at, j.claimed_until,
-              j.worker_id, j.expires_at, j.created_at, j.payload
-),
-flags AS (
-    SELECT EXISTS (
-        SELECT 1 FROM pgjobs_job AS j
-        WHERE j.state = 'running' AND j.claimed_until <= now()
-          AND j.queue = ANY(%(queues)s::text[])
-    ) AS lapsed_waiting, {COMMIT_MODE} AS commit_mode
-)
-SELECT f.lapsed_waiting, c.*
-FROM flags AS f
-LEFT JOIN claimed AS c ON true"""
 
 CLAIM_JOBS = f"""
 -- Claim up to %(limit)s pending jobs of %(queues)s for %(worker_id)s (S6-S8) by priority
@@ -60,16 +33,18 @@ WITH RECURSIVE levels (queue, priority) AS (
     -- jobs, each found by one index probe. Reading runnable rows level by level means a
     -- claim never wades through scheduled rows sorted between two runnable ones.
     SELECT q.name, (SELECT max(j.priority) FROM pgjobs_job AS j
-                    WHERE j.state = 'pending' AND j.queue = q.name)
+                    WHERE j.state = 'pending' AND {UNKEYED} AND j.queue = q.name)
     FROM unnest(%(queues)s::text[]) AS q(name)
     -- Paused queues are never claimed; limited ones only by CLAIM_LIMITED_JOBS.
     WHERE NOT EXISTS (
         SELECT 1 FROM pgjobs_queue AS c
-        WHERE c.name = q.name AND (c.paused OR c.max_running IS NOT NULL)
+        WHERE c.name = q.name
+          AND (c.paused OR c.max_running IS NOT NULL OR c.rate_limit IS NOT NULL)
     )
     UNION ALL
     SELECT l.queue, (SELECT max(j.priority) FROM pgjobs_job AS j
-                     WHERE j.state = 'pending' AND j.queue = l.queue AND j.priority < l.priority)
+                     WHERE j.state = 'pending' AND {UNKEYED} AND j.queue = l.queue
+                       AND j.priority < l.priority)
     FROM levels AS l
     WHERE l.priority IS NOT NULL
 ),
@@ -80,8 +55,8 @@ ordered_levels AS (
     WHERE l.priority IS NOT NULL
     ORDER BY l.priority DESC,
              (SELECT j.run_after FROM pgjobs_job AS j
-              WHERE j.state = 'pending' AND j.queue = l.queue AND j.priority = l.priority
-                AND j.run_after <= now()
+              WHERE j.state = 'pending' AND {UNKEYED} AND j.queue = l.queue
+                AND j.priority = l.priority AND j.run_after <= now()
               ORDER BY j.run_after, j.id LIMIT 1) NULLS LAST,
              l.queue
 ),
@@ -92,14 +67,14 @@ picked AS (
     FROM ordered_levels AS l
     CROSS JOIN LATERAL (
         SELECT j.id FROM pgjobs_job AS j
-        WHERE {CLAIMABLE} AND j.queue = l.queue AND j.priority = l.priority
+        WHERE {CLAIMABLE} AND {UNKEYED} AND j.queue = l.queue AND j.priority = l.priority
         ORDER BY j.run_after, j.id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) AS c
     LIMIT %(limit)s
 ),
-{_CLAIMED}
+{CLAIM_PICKED}
 """
 
 
@@ -121,28 +96,47 @@ def claim_jobs(limit: int) -> str:
 CLAIM_LIMITED_JOBS = f"""
 -- Claim up to %(limit)s jobs of the limited queues among %(queues)s for %(worker_id)s,
 -- each queue up to its max_running less its running jobs whose lease holds (a lapsed
--- lease frees its slot). Runs after LOCK_LIMITED_QUEUES, in the same transaction.
+-- lease frees its slot), and its rate less its claims within the rate's period (S35).
+-- Runs after LOCK_LIMITED_QUEUES, in the same transaction.
 WITH allowance AS (
-    SELECT c.name, greatest(c.max_running - (
-        SELECT count(*) FROM pgjobs_job AS j
-        WHERE j.state = 'running' AND j.queue = c.name AND j.claimed_until > now()
+    SELECT c.name, c.rate_limit IS NOT NULL AS rated, c.rate_period_s, greatest(least(
+        c.max_running - (
+            SELECT count(*) FROM pgjobs_job AS j
+            WHERE j.state = 'running' AND j.queue = c.name AND j.claimed_until > now()),
+        c.rate_limit - (
+            SELECT count(*) FROM pgjobs_rate_claim AS r
+            WHERE r.scope = 'queue:' || c.name
+              AND r.at > now() - make_interval(secs => c.rate_period_s)),
+        %(limit)s
     ), 0) AS free
     FROM pgjobs_queue AS c
-    WHERE c.name = ANY(%(queues)s::text[]) AND c.max_running IS NOT NULL AND NOT c.paused
+    WHERE c.name = ANY(%(queues)s::text[]) AND NOT c.paused
+      AND (c.max_running IS NOT NULL OR c.rate_limit IS NOT NULL)
 ),
 picked AS (
-    SELECT t.id
+    SELECT t.id, a.name AS queue, a.rated
     FROM allowance AS a
     CROSS JOIN LATERAL (
         SELECT j.id FROM pgjobs_job AS j
-        WHERE {CLAIMABLE} AND j.queue = a.name
+        WHERE {CLAIMABLE} AND {UNKEYED} AND j.queue = a.name
         ORDER BY j.priority DESC, j.run_after, j.id
-        LIMIT least(a.free, %(limit)s)
+        LIMIT a.free
         FOR UPDATE SKIP LOCKED
     ) AS t
     LIMIT %(limit)s
 ),
-{_CLAIMED}
+counted AS (
+    -- Each claim of a rated queue counts against its rate (S35).
+    INSERT INTO pgjobs_rate_claim (scope, at)
+    SELECT 'queue:' || p.queue, now() FROM picked AS p WHERE p.rated
+),
+pruned AS (
+    DELETE FROM pgjobs_rate_claim AS r
+    USING allowance AS a
+    WHERE a.rated AND r.scope = 'queue:' || a.name
+      AND r.at <= now() - make_interval(secs => a.rate_period_s)
+),
+{CLAIM_PICKED}
 """
 
 RESCUE_LAPSED_JOBS = f"""
@@ -331,6 +325,15 @@ SELECT (SELECT count(*) FROM retried), (SELECT count(*) FROM promoted),
        (SELECT count(*) FROM dead), (SELECT count(*) FROM woke), {COMMIT_MODE}
 """
 
+#: RETRY_JOBS for the worker's own record of a timed-out attempt (S33), whose handler
+#: it abandoned: a row that handler's fence holds right now is skipped rather than
+#: waited for (it comes back when its lease lapses).
+TIME_OUT_JOBS = RETRY_JOBS.replace(
+    "-- Record a failed attempt of claimed jobs whose claim is current (S13)",
+    "-- Record timed-out attempts (S33) as RETRY_JOBS does, skipping rows a fence holds",
+    1,
+).replace("        FOR UPDATE\n    ) AS j", "        FOR UPDATE SKIP LOCKED\n    ) AS j", 1)
+
 FAIL_JOBS = f"""
 -- Dead-letter claimed jobs whose claim is current at once (S15), with the caller's reason
 -- verbatim; a pending trigger (S3) is promoted instead.
@@ -446,22 +449,50 @@ RETURNING j.id, j.claimed_until, {COMMIT_MODE}
 
 HEARTBEAT_UNLOCKED_JOBS = f"""
 -- HEARTBEAT_JOBS for the worker's background heartbeats: rows locked by a running fence
--- or transaction-mode job are skipped (that lock already keeps every claimer away).
-WITH target AS (
-    SELECT j.id, t.extend_s
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(extends_s)s::float8[])
-         AS t(id, token, extend_s)
+-- or transaction-mode job are skipped (that lock already keeps every claimer away), and
+-- each claim's latest progress report (NULL: none) is stored with the time. Returns
+-- every claim given: its new deadline if extended, and, if its job is gone for good
+-- (cancelled, expired, dead), why: the worker tells its handler (S32, when the
+-- notification was lost).
+WITH given AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(extends_s)s::float8[],
+                         %(progress)s::jsonb[]) AS t(id, token, extend_s, progress)
+),
+target AS (
+    SELECT j.id, t.extend_s, t.progress
+    FROM given AS t
     CROSS JOIN LATERAL (
         SELECT * FROM pgjobs_job AS j
         WHERE j.id = t.id AND {CLAIM_IS_CURRENT}
         FOR UPDATE SKIP LOCKED
     ) AS j
+),
+extended AS (
+    UPDATE pgjobs_job AS j
+    SET claimed_until = now() + make_interval(secs => t.extend_s),
+        progress = coalesce(t.progress || jsonb_build_object('at', now()), j.progress)
+    FROM target AS t
+    WHERE j.id = t.id
+    RETURNING j.id, j.claimed_until
 )
+SELECT t.id, e.claimed_until,
+       CASE WHEN e.id IS NOT NULL THEN NULL
+            WHEN EXISTS (SELECT 1 FROM pgjobs_job AS j WHERE j.id = t.id) THEN NULL
+            ELSE coalesce((SELECT d.reason FROM pgjobs_dead AS d
+                           WHERE d.id = t.id AND d.claimed_by = t.token), 'cancelled')
+       END AS gone,
+       {COMMIT_MODE}
+FROM given AS t
+LEFT JOIN extended AS e ON e.id = t.id
+"""
+
+RECORD_PROGRESS = f"""
+-- Store a claim's progress report with the time, if the claim is current.
 UPDATE pgjobs_job AS j
-SET claimed_until = now() + make_interval(secs => t.extend_s)
-FROM target AS t
-WHERE j.id = t.id
-RETURNING j.id, j.claimed_until, {COMMIT_MODE}
+SET progress = %(progress)s::jsonb || jsonb_build_object('at', now())
+FROM (SELECT %(id)s::bigint AS id, %(token)s::uuid AS token) AS t
+WHERE j.id = t.id AND {CLAIM_IS_CURRENT}
+RETURNING j.id
 """
 
 LOCK_CURRENT_CLAIM = f"""

@@ -13,9 +13,11 @@ WITH moved AS (
 merged AS (
     INSERT INTO pgjobs_job AS job (
         id, queue, kind, key, state, priority, run_after, attempts, max_attempts, lease_s,
-        payload, last_error, errors, result_ttl_s, created_at)
+        payload, last_error, errors, result_ttl_s, created_at, timeout_s, progress,
+        limit_key, concurrency_limit, rate_limit, rate_period_s)
     SELECT id, queue, kind, key, 'pending', priority, now(), 0, max_attempts, lease_s,
-           payload, last_error, errors, result_ttl_s, created_at
+           payload, last_error, errors, result_ttl_s, created_at, timeout_s, progress,
+           limit_key, concurrency_limit, rate_limit, rate_period_s
     FROM moved
     {ON_LIVE_KEY}
     DO UPDATE SET

@@ -19,13 +19,15 @@ CLAIM_IS_CURRENT = (
 KEPT_COLUMNS = (
     "queue, kind, key, priority, run_after, attempts, max_attempts, lease_s, claimed_by,"
     " claimed_until, claimed_at, started_at, worker_id, expires_at, payload, result,"
-    " rerun_after, rerun_payload, rerun_expires_at, result_ttl_s, created_at"
+    " rerun_after, rerun_payload, rerun_expires_at, result_ttl_s, created_at, timeout_s,"
+    " progress, limit_key, concurrency_limit, rate_limit, rate_period_s"
 )
 KEPT_COLUMNS_OF_J = (
     "j.queue, j.kind, j.key, j.priority, j.run_after, j.attempts, j.max_attempts, j.lease_s,"
     " j.claimed_by, j.claimed_until, j.claimed_at, j.started_at, j.worker_id, j.expires_at,"
     " j.payload, j.result, j.rerun_after, j.rerun_payload, j.rerun_expires_at,"
-    " j.result_ttl_s, j.created_at"
+    " j.result_ttl_s, j.created_at, j.timeout_s, j.progress, j.limit_key, j.concurrency_limit,"
+    " j.rate_limit, j.rate_period_s"
 )
 
 #: S3: a pending trigger replaces the run that just ended, whatever way it ended: same
@@ -78,3 +80,45 @@ CLAIMABLE = (
     "j.state = 'pending' AND j.run_after <= now()"
     " AND (j.expires_at IS NULL OR j.expires_at > now())"
 )
+
+#: An unkeyed job: what the claim index holds (keyed jobs have a claim of their own, S34).
+UNKEYED = "j.limit_key IS NULL"
+
+#: The end of every claim statement: claim the rows of its `picked` (S8), and return,
+#: after its lapsed_waiting and keyed_waiting flags, what the caller reads into a
+#: JobHandle. An empty claim still returns one row, for the flags.
+CLAIM_PICKED = f"""claimed AS (
+    -- Claim the rows of `picked` (S8).
+    UPDATE pgjobs_job AS j
+    SET state = 'running',
+        attempts = j.attempts + 1,
+        claimed_by = gen_random_uuid(),
+        claimed_at = now(),
+        started_at = coalesce(j.started_at, now()),
+        claimed_until = now() + make_interval(secs => j.lease_s),
+        worker_id = %(worker_id)s
+    FROM picked AS p
+    WHERE j.id = p.id
+    RETURNING j.id, j.queue, j.kind, j.key, j.priority, j.run_after, j.attempts,
+              j.max_attempts, j.lease_s, j.claimed_by, j.claimed_at, j.claimed_until,
+              j.worker_id, j.expires_at, j.created_at, j.payload, j.timeout_s,
+              j.limit_key IS NOT NULL
+),
+flags AS (
+    SELECT EXISTS (
+        SELECT 1 FROM pgjobs_job AS j
+        WHERE j.state = 'running' AND j.claimed_until <= now()
+          AND j.queue = ANY(%(queues)s::text[])
+    ) AS lapsed_waiting,
+    -- Whether keyed jobs wait in these queues (S34): one probe of the keyed index each.
+    EXISTS (
+        SELECT 1 FROM unnest(%(queues)s::text[]) AS q(name)
+        WHERE EXISTS (SELECT 1 FROM pgjobs_job AS j
+                      WHERE j.state = 'pending' AND j.limit_key IS NOT NULL
+                        AND j.queue = q.name)
+    ) AS keyed_waiting,
+    {COMMIT_MODE} AS commit_mode
+)
+SELECT f.lapsed_waiting, f.keyed_waiting, c.*
+FROM flags AS f
+LEFT JOIN claimed AS c ON true"""

@@ -15,14 +15,16 @@ INSERT_JOB = """
 -- can run now (S23). ENQUEUE_JOB's shape for the common case, cheaper to parse and plan.
 INSERT INTO pgjobs_job (
     queue, kind, state, priority, run_after, attempts, max_attempts, lease_s,
-    expires_at, payload, errors, result_ttl_s, created_at)
+    expires_at, payload, errors, result_ttl_s, created_at, timeout_s, limit_key,
+    concurrency_limit, rate_limit, rate_period_s)
 VALUES (
     %(queue)s, %(kind)s, 'pending', %(priority)s,
     coalesce(now() + make_interval(secs => %(delay_s)s::float8),
              %(run_after)s::timestamptz, now()),
     0, %(max_attempts)s, %(lease_s)s,
     now() + make_interval(secs => %(expires_s)s::float8),
-    %(payload)s::jsonb, '[]'::jsonb, %(result_ttl_s)s, now())
+    %(payload)s::jsonb, '[]'::jsonb, %(result_ttl_s)s, now(), %(timeout_s)s,
+    %(limit_key)s, %(concurrency_limit)s, %(rate_limit)s, %(rate_period_s)s)
 RETURNING id, true, created_at,
           CASE WHEN %(notify)s AND run_after <= now() THEN pg_notify(%(channel)s, queue)::text END
 """
@@ -32,14 +34,16 @@ ENQUEUE_JOB = f"""
 WITH merged AS (
     INSERT INTO pgjobs_job AS job (
         queue, kind, key, state, priority, run_after, attempts, max_attempts, lease_s,
-        expires_at, payload, errors, result_ttl_s, created_at)
+        expires_at, payload, errors, result_ttl_s, created_at, timeout_s, limit_key,
+        concurrency_limit, rate_limit, rate_period_s)
     VALUES (
         %(queue)s, %(kind)s, %(key)s, 'pending', %(priority)s,
         coalesce(now() + make_interval(secs => %(delay_s)s::float8),
                  %(run_after)s::timestamptz, now()),
         0, %(max_attempts)s, %(lease_s)s,
         now() + make_interval(secs => %(expires_s)s::float8),
-        %(payload)s::jsonb, '[]'::jsonb, %(result_ttl_s)s, now())
+        %(payload)s::jsonb, '[]'::jsonb, %(result_ttl_s)s, now(), %(timeout_s)s,
+        %(limit_key)s, %(concurrency_limit)s, %(rate_limit)s, %(rate_period_s)s)
     {MERGE_INTO_LIVE_JOB}
 ),
 woke AS (
@@ -54,10 +58,11 @@ SELECT id, inserted, created_at, (SELECT count(*) FROM woke) FROM merged
 # element by element client-side. Inserted in input order, so rows come back in it.
 _INSERT_DOCUMENT = """INSERT INTO pgjobs_job AS job (
         queue, kind, key, state, priority, run_after, attempts, max_attempts, lease_s,
-        expires_at, payload, errors, result_ttl_s, created_at)
+        expires_at, payload, errors, result_ttl_s, created_at, timeout_s, limit_key,
+        concurrency_limit, rate_limit, rate_period_s)
     SELECT i.row ->> 0,  -- queue
            i.row ->> 1,  -- kind
-           i.row ->> 9,  -- key
+           i.row ->> 14,  -- key
            'pending',
            (i.row ->> 2)::smallint,  -- priority
            coalesce(now() + make_interval(secs => (i.row ->> 3)::float8),  -- delay_s
@@ -67,10 +72,15 @@ _INSERT_DOCUMENT = """INSERT INTO pgjobs_job AS job (
            (i.row ->> 5)::int,  -- max_attempts
            (i.row ->> 6)::int,  -- lease_s
            now() + make_interval(secs => (i.row ->> 7)::float8),  -- expires_s
-           i.row -> 10,  -- payload
+           i.row -> 15,  -- payload
            '[]'::jsonb,
            (i.row ->> 8)::int,  -- result_ttl_s
-           now()
+           now(),
+           (i.row ->> 9)::float8,  -- timeout_s
+           i.row ->> 13,  -- limit_key
+           (i.row ->> 10)::int,  -- concurrency_limit
+           (i.row ->> 11)::int,  -- rate_limit
+           (i.row ->> 12)::float8  -- rate_period_s
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS i(row, n)
     ORDER BY i.n"""
 
@@ -103,26 +113,65 @@ woke AS (
 SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
 """
 
-CANCEL_JOB = """
--- Delete a pending or running job (S18); a running handler's later writes are refused.
-DELETE FROM pgjobs_job WHERE id = %(id)s AND state IN ('pending', 'running') RETURNING id
+# The cancel statements. A pending job is cancelled once a claim that holds its row a
+# moment lets go (it may be running by then). A running one is cancelled at once unless
+# a transaction holds its row (a fence, transaction mode): that one is told only, and
+# its worker dead-letters it as cancelled when its handler stops (S32). Every running
+# job's worker is told over NOTIFY, "pgjobs.cancel:<id>:<token>", delivered at commit.
+_CANCEL_TARGETS = """seen AS (
+    SELECT j.id, j.state, j.claimed_by FROM pgjobs_job AS j
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state IN ('pending', 'running')
+),
+waited AS (
+    SELECT j.id FROM pgjobs_job AS j JOIN seen AS s ON s.id = j.id
+    WHERE s.state = 'pending' AND j.state IN ('pending', 'running')
+    FOR UPDATE OF j
+),
+unheld AS (
+    SELECT j.id FROM pgjobs_job AS j JOIN seen AS s ON s.id = j.id
+    WHERE s.state = 'running' AND j.state = 'running'
+    FOR UPDATE OF j SKIP LOCKED
+),
+held AS (
+    SELECT s.id, s.claimed_by FROM seen AS s
+    WHERE s.state = 'running' AND s.id NOT IN (SELECT id FROM unheld)
+),
+buried AS (
+    DELETE FROM pgjobs_job AS j
+    WHERE j.id IN (SELECT id FROM waited UNION ALL SELECT id FROM unheld)
+    RETURNING j.*
+)"""
+
+_TELL_CANCELLED = """told AS (
+    SELECT pg_notify(%(channel)s, 'pgjobs.cancel:' || c.id || ':' || c.claimed_by)
+    FROM (SELECT b.id, b.claimed_by FROM buried AS b WHERE b.state = 'running'
+          UNION ALL
+          SELECT h.id, h.claimed_by FROM held AS h) AS c
+    WHERE %(notify)s
+)"""
+
+CANCEL_JOB = f"""
+-- Delete a pending or running job (S18); a running handler is told (S32) and its later
+-- writes are refused. Returns the jobs deleted, and those told only (a transaction holds
+-- them: their worker dead-letters them as cancelled).
+WITH {_CANCEL_TARGETS},
+{_TELL_CANCELLED}
+SELECT (SELECT count(*) FROM buried), (SELECT count(*) FROM held), (SELECT count(*) FROM told)
 """
 
 CANCEL_JOBS = f"""
--- Move pending or running jobs to the dead table with %(reason)s (the admin's cancel); a
--- running handler's later writes are refused (S10), and the letter can be requeued.
-WITH buried AS (
-    DELETE FROM pgjobs_job AS j
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state IN ('pending', 'running')
-    RETURNING j.*
-),
+-- Move pending or running jobs to the dead table with %(reason)s (requeueable); running
+-- handlers are told (S32) and their later writes refused (S10). Returns the jobs moved,
+-- and those told only (a transaction holds them: their worker dead-letters them).
+WITH {_CANCEL_TARGETS},
 dead AS (
     INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, died_at)
     SELECT j.id, {KEPT_COLUMNS_OF_J}, j.last_error, j.errors, %(reason)s, now()
     FROM buried AS j
     RETURNING id
-)
-SELECT count(*) FROM dead
+),
+{_TELL_CANCELLED}
+SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM held), (SELECT count(*) FROM told)
 """
 
 RUN_JOBS_NOW = """

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 LIMITED_QUEUES = """
--- The queues with a limit on their running jobs (claimed by CLAIM_LIMITED_JOBS).
-SELECT name FROM pgjobs_queue WHERE max_running IS NOT NULL
+-- The queues with a limit on their running jobs or a rate (claimed by CLAIM_LIMITED_JOBS).
+SELECT name FROM pgjobs_queue WHERE max_running IS NOT NULL OR rate_limit IS NOT NULL
 """
 
 LOCK_LIMITED_QUEUES = """
@@ -13,7 +13,8 @@ LOCK_LIMITED_QUEUES = """
 -- transaction, with a snapshot taken after the wait, counts every claim made before it.
 SELECT c.name
 FROM pgjobs_queue AS c
-WHERE c.name = ANY(%(queues)s::text[]) AND c.max_running IS NOT NULL AND NOT c.paused
+WHERE c.name = ANY(%(queues)s::text[]) AND NOT c.paused
+  AND (c.max_running IS NOT NULL OR c.rate_limit IS NOT NULL)
 ORDER BY c.name
 FOR UPDATE
 """
@@ -57,6 +58,24 @@ woke AS (
     SELECT pg_notify(%(channel)s, l.name) FROM limited AS l WHERE %(notify)s
 )
 SELECT l.name, (SELECT count(*) FROM woke) FROM limited AS l
+"""
+
+SET_QUEUE_RATE = """
+-- Set (or, with NULL, lift) the rate of %(queue)s's claims (S35); wake its workers.
+WITH rated AS (
+    INSERT INTO pgjobs_queue AS c (name, paused, rate_limit, rate_period_s, updated_at)
+    VALUES (%(queue)s, false, %(rate_limit)s, %(rate_period_s)s, now())
+    ON CONFLICT (name) DO UPDATE
+    SET rate_limit = EXCLUDED.rate_limit, rate_period_s = EXCLUDED.rate_period_s,
+        updated_at = now()
+    WHERE (c.rate_limit, c.rate_period_s)
+          IS DISTINCT FROM (EXCLUDED.rate_limit, EXCLUDED.rate_period_s)
+    RETURNING c.name
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, r.name) FROM rated AS r WHERE %(notify)s
+)
+SELECT r.name, (SELECT count(*) FROM woke) FROM rated AS r
 """
 
 LIFT_SETTINGS_LIMITS = """

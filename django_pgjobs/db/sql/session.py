@@ -21,6 +21,12 @@ LIMIT_LOCK_WAIT = """
 SELECT set_config('lock_timeout', %(timeout)s, true)
 """
 
+LIMIT_STATEMENT_TIME = """
+-- Cancel any statement of this transaction that runs longer than %(timeout)s (a duration
+-- such as '1500ms'): a transaction-mode job's timeout (S33).
+SELECT set_config('statement_timeout', %(timeout)s, true)
+"""
+
 DATABASE_CLOCK = """
 -- The database's clock at this instant, not at the start of the transaction (S22).
 SELECT clock_timestamp()

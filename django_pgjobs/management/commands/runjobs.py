@@ -122,6 +122,12 @@ class Command(BaseCommand):
             help=f"Handler threads (default PGJOBS['CONCURRENCY'], {pgjobs_settings.CONCURRENCY}).",
         )
         parser.add_argument(
+            "--async-concurrency",
+            type=positive_int,
+            help="Async handlers running at once on the worker's event loop (default "
+            f"PGJOBS['ASYNC_CONCURRENCY'], {pgjobs_settings.ASYNC_CONCURRENCY}).",
+        )
+        parser.add_argument(
             "--prefetch",
             type=whole_or_zero,
             help="Most jobs claimed ahead of free threads while jobs are short, 0 for none "
@@ -196,6 +202,7 @@ class Command(BaseCommand):
             worker = Worker(
                 queues=queues,
                 concurrency=options["concurrency"],
+                async_concurrency=options["async_concurrency"],
                 prefetch=options["prefetch"],
                 worker_id=options["worker_id"],
                 burst=options["burst"],

@@ -1,0 +1,137 @@
+"""Statements of the keyed claim (S34, S35): jobs with a concurrency key are claimed per
+key value, each up to its concurrency and its rate, counted inside the claim's
+transaction on the database clock.
+
+Two statements in one transaction, as for limited queues: LOCK_KEYS takes the claim
+turn of some keys (claimers of one key take turns; a key another claimer holds is
+skipped, since that claimer serves it), and CLAIM_KEYED_JOBS, whose snapshot is taken
+after the turn is had, counts every claim of those keys made before it.
+"""
+
+from __future__ import annotations
+
+from django_pgjobs.db.sql.fragments import CLAIM_PICKED, CLAIMABLE
+
+LOCK_KEYS = f"""
+-- Take the claim turn of up to %(keys)s concurrency key values with runnable jobs in
+-- %(queues)s, from the first key after %(after)s in key order (S34). Returns each
+-- (queue, key) taken, the last key seen, and whether keys past it were left unseen.
+WITH RECURSIVE found (queue, limit_key, depth) AS (
+    -- A skip scan of the keyed index: one probe per key of each queue.
+    SELECT q.name, (SELECT j.limit_key FROM pgjobs_job AS j
+                    WHERE j.state = 'pending' AND j.limit_key IS NOT NULL
+                      AND j.queue = q.name AND j.limit_key > %(after)s
+                    ORDER BY j.limit_key LIMIT 1), 1
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    WHERE NOT EXISTS (SELECT 1 FROM pgjobs_queue AS c WHERE c.name = q.name AND c.paused)
+    UNION ALL
+    SELECT f.queue, (SELECT j.limit_key FROM pgjobs_job AS j
+                     WHERE j.state = 'pending' AND j.limit_key IS NOT NULL
+                       AND j.queue = f.queue AND j.limit_key > f.limit_key
+                     ORDER BY j.limit_key LIMIT 1), f.depth + 1
+    FROM found AS f
+    WHERE f.limit_key IS NOT NULL AND f.depth < %(keys)s
+),
+seen AS (
+    SELECT f.queue, f.limit_key FROM found AS f WHERE f.limit_key IS NOT NULL
+),
+runnable AS (
+    SELECT s.queue, s.limit_key FROM seen AS s
+    WHERE EXISTS (SELECT 1 FROM pgjobs_job AS j
+                  WHERE j.queue = s.queue AND j.limit_key = s.limit_key AND {CLAIMABLE})
+    OFFSET 0
+),
+taken AS (
+    -- An advisory lock held to the end of this transaction, per key value.
+    SELECT r.queue, r.limit_key FROM runnable AS r
+    WHERE pg_try_advisory_xact_lock(hashtextextended('pgjobs.key:' || r.limit_key, 0))
+)
+SELECT array(SELECT t.queue FROM taken AS t ORDER BY t.limit_key, t.queue),
+       array(SELECT t.limit_key FROM taken AS t ORDER BY t.limit_key, t.queue),
+       (SELECT max(s.limit_key) FROM seen AS s),
+       EXISTS (SELECT 1 FROM found AS f WHERE f.depth = %(keys)s AND f.limit_key IS NOT NULL)
+"""
+
+CLAIM_KEYED_JOBS = f"""
+-- Claim up to %(limit)s jobs of the (queue, key) pairs %(pair_queues)s/%(pair_keys)s,
+-- whose keys LOCK_KEYS took in this transaction, for %(worker_id)s: each key value up to
+-- its concurrency less its running jobs whose lease holds (S34), and its rate less its
+-- claims within the rate's period (S35). A key's limits are those of its next job.
+WITH pairs AS (
+    SELECT * FROM unnest(%(pair_queues)s::text[], %(pair_keys)s::text[])
+        AS p(queue, limit_key)
+),
+heads AS (
+    SELECT p.limit_key, h.priority, h.run_after, h.id,
+           h.concurrency_limit, h.rate_limit, h.rate_period_s
+    FROM pairs AS p
+    CROSS JOIN LATERAL (
+        SELECT j.* FROM pgjobs_job AS j
+        WHERE j.queue = p.queue AND j.limit_key = p.limit_key AND {CLAIMABLE}
+        ORDER BY j.priority DESC, j.run_after, j.id
+        LIMIT 1
+    ) AS h
+),
+allowance AS (
+    SELECT DISTINCT ON (h.limit_key) h.limit_key, h.rate_limit IS NOT NULL AS rated,
+           h.rate_period_s, greatest(least(
+               h.concurrency_limit - (
+                   SELECT count(*) FROM pgjobs_job AS j
+                   WHERE j.state = 'running' AND j.limit_key = h.limit_key
+                     AND j.claimed_until > now()),
+               h.rate_limit - (
+                   SELECT count(*) FROM pgjobs_rate_claim AS r
+                   WHERE r.scope = 'key:' || h.limit_key
+                     AND r.at > now() - make_interval(secs => h.rate_period_s)),
+               %(limit)s
+           ), 0) AS free
+    FROM heads AS h
+    ORDER BY h.limit_key, h.priority DESC, h.run_after, h.id
+),
+offered AS (
+    SELECT t.id, t.priority, t.run_after, a.limit_key, a.free, a.rated
+    FROM pairs AS p
+    JOIN allowance AS a ON a.limit_key = p.limit_key AND a.free > 0
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_after FROM pgjobs_job AS j
+        WHERE j.queue = p.queue AND j.limit_key = p.limit_key AND {CLAIMABLE}
+        ORDER BY j.priority DESC, j.run_after, j.id
+        LIMIT a.free
+        FOR UPDATE SKIP LOCKED
+    ) AS t
+),
+picked AS (
+    -- A key in two queues is offered from each: its allowance holds over both.
+    SELECT o.id, o.limit_key, o.rated
+    FROM (SELECT o.*, row_number() OVER (PARTITION BY o.limit_key
+                                         ORDER BY o.priority DESC, o.run_after, o.id) AS nth
+          FROM offered AS o) AS o
+    WHERE o.nth <= o.free
+    ORDER BY o.priority DESC, o.run_after, o.id
+    LIMIT %(limit)s
+),
+counted AS (
+    -- Each claim of a rated key counts against its rate (S35).
+    INSERT INTO pgjobs_rate_claim (scope, at)
+    SELECT 'key:' || p.limit_key, now() FROM picked AS p WHERE p.rated
+),
+pruned AS (
+    DELETE FROM pgjobs_rate_claim AS r
+    USING allowance AS a
+    WHERE a.rated AND r.scope = 'key:' || a.limit_key
+      AND r.at <= now() - make_interval(secs => a.rate_period_s)
+),
+{CLAIM_PICKED}
+"""
+
+PRUNE_RATE_CLAIMS = """
+-- Delete up to %(limit)s counted claims older than a day, the longest rate period (S35):
+-- those of scopes no claim has pruned since.
+DELETE FROM pgjobs_rate_claim
+WHERE id IN (
+    SELECT id FROM pgjobs_rate_claim
+    WHERE at < now() - interval '1 day'
+    ORDER BY at
+    LIMIT %(limit)s
+)
+"""

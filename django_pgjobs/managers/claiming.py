@@ -1,0 +1,178 @@
+"""How a claim takes its jobs (S6-S9, S34, S35): keyed jobs first when some wait, then
+the limited queues (a statement of their own), then the rest in one fast statement.
+
+Keyed jobs go first so that a backlog of unkeyed ones never starves them; their limits
+bound how many a claim takes. Each claim statement's rows start with two flags: whether
+a lapsed claim waits in its queues, and whether keyed jobs do.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+
+from django_pgjobs.db import connection as db
+from django_pgjobs.db import sql
+from django_pgjobs.managers.queues import forget_limits
+
+
+def claim(
+    queues: list[str], limited: list[str], n: int, worker_id: str, alias: str
+) -> tuple[list[Any], bool]:
+    """Claim keyed jobs first when some wait (S34), then from the limited queues (a
+    statement of their own), then the rest.
+
+    Keyed jobs go first so that a backlog of unkeyed ones never starves them; their
+    limits bound how many a claim takes. Whether keyed jobs wait is what the last
+    claim statement said; a claim that finds them waiting, unexpected, takes them
+    at once with what it has left.
+    """
+    keyed = keyed_claims(alias)
+    rows: list[Any] = []
+    lapsed_waiting = tried = False
+    if keyed.due():
+        tried = True
+        rows, lapsed_waiting = _claim_keyed(queues, n, worker_id, alias)
+    more, lapsed = _claim_unkeyed(queues, limited, n - claimed(rows), worker_id, alias)
+    rows += more
+    lapsed_waiting = lapsed_waiting or lapsed
+    if not tried and keyed.due() and claimed(rows) < n:
+        more, lapsed = _claim_keyed(queues, n - claimed(rows), worker_id, alias)
+        rows += more
+        lapsed_waiting = lapsed_waiting or lapsed
+    return rows, lapsed_waiting
+
+
+def claimed(rows: Sequence[Any]) -> int:
+    """How many jobs claim statements' rows hold (an empty claim returns one row of
+    NULLs, for its flags)."""
+    return sum(1 for row in rows if row[2] is not None)
+
+
+def _claim_keyed(queues: list[str], n: int, worker_id: str, alias: str) -> tuple[list[Any], bool]:
+    """Claim up to `n` keyed jobs of `queues`, each key up to its limits (S34, S35)."""
+    keyed = keyed_claims(alias)
+    if n <= 0:
+        return [], False
+    with transaction.atomic(using=alias):
+        params = {"queues": queues, "keys": KEYS_PER_CLAIM, "after": keyed.after}
+        ((pair_queues, pair_keys, last_seen, more_keys),) = db.fetchall(
+            sql.LOCK_KEYS, params, alias
+        )
+        # Next time, the keys after the last one seen: every key gets its turn.
+        keyed.after = last_seen if more_keys and last_seen is not None else ""
+        if not pair_keys:
+            keyed.claimed(0, waiting=last_seen is not None)
+            return [], False
+        params = {
+            "queues": queues,
+            "pair_queues": pair_queues,
+            "pair_keys": pair_keys,
+            "limit": n,
+            "worker_id": worker_id,
+            "synchronous_commit": None,
+        }
+        rows = db.fetchall(sql.CLAIM_KEYED_JOBS, params, alias)
+    keyed.claimed(claimed(rows), waiting=bool(rows and rows[0][1]))
+    return list(rows), bool(rows and rows[0][0])
+
+
+def _claim_unkeyed(
+    queues: list[str], limited: list[str], n: int, worker_id: str, alias: str
+) -> tuple[list[Any], bool]:
+    """Claim from the limited queues first (a statement of their own), then the rest.
+
+    The fast statement skips paused and limited queues by itself, whatever `limited`
+    (a cache) says, so a stale cache can delay a limited queue's claims a moment but
+    never exceed its limit.
+    """
+    taken: list[Any] = []
+    lapsed_waiting = False
+    locked: set[str] = set()
+    if n <= 0:
+        return taken, lapsed_waiting
+    if limited:
+        with transaction.atomic(using=alias):
+            rows = db.fetchall(sql.LOCK_LIMITED_QUEUES, {"queues": limited}, alias)
+            locked = {row[0] for row in rows}
+            if locked:
+                params = {
+                    "queues": sorted(locked),
+                    "limit": n,
+                    "worker_id": worker_id,
+                    "synchronous_commit": None,
+                }
+                rows = db.fetchall(sql.CLAIM_LIMITED_JOBS, params, alias)
+                taken += rows
+                lapsed_waiting = bool(rows and rows[0][0])
+                keyed_claims(alias).seen(rows)
+        if locked != set(limited):  # a limit was lifted since the cache was read
+            forget_limits()
+    rest = [queue for queue in queues if queue not in locked]
+    if rest and claimed(taken) < n:
+        params = {"queues": rest, "worker_id": worker_id, **db.commit_mode(alias)}
+        rows = db.fetchall(sql.claim_jobs(n - claimed(taken)), params, alias)
+        taken += rows
+        lapsed_waiting = lapsed_waiting or bool(rows and rows[0][0])
+        keyed_claims(alias).seen(rows)
+    return taken, lapsed_waiting
+
+
+#: Most concurrency key values one keyed claim visits; the next claim goes on from the
+#: last one seen, so every key gets its turn however many there are.
+KEYS_PER_CLAIM = 64
+#: After a keyed claim that took nothing (every key at its limit, say), the longest the
+#: next waits; from KEYED_BACKOFF_MIN_S, doubled each time. A completion of a keyed job
+#: by this process, or a claim that finds keys anew, makes it due at once.
+KEYED_BACKOFF_MIN_S = 0.05
+KEYED_BACKOFF_MAX_S = 1.0
+
+
+class KeyedClaims:
+    """What a process knows of the keyed jobs of one database (S34): whether some wait,
+    where the next keyed claim starts, and when it is due."""
+
+    def __init__(self) -> None:
+        self.waiting = True  # until a claim statement says otherwise
+        self.after = ""
+        self._backoff_s = 0.0
+        self._due_at = 0.0
+
+    def due(self) -> bool:
+        return self.waiting and time.monotonic() >= self._due_at
+
+    def claimed(self, taken: int, *, waiting: bool) -> None:
+        self.waiting = waiting
+        if taken:
+            self._backoff_s = 0.0
+            self._due_at = 0.0
+        else:
+            self._backoff_s = min(
+                KEYED_BACKOFF_MAX_S, max(KEYED_BACKOFF_MIN_S, self._backoff_s * 2)
+            )
+            self._due_at = time.monotonic() + self._backoff_s
+
+    def seen(self, rows: Sequence[Any]) -> None:
+        """A claim statement said whether keyed jobs wait in its queues (its second flag)."""
+        if rows:
+            waiting = bool(rows[0][1])
+            if waiting and not self.waiting:
+                self._backoff_s = self._due_at = 0.0
+            self.waiting = waiting
+
+    def freed(self) -> None:
+        """A keyed job finished here: its key may take another now."""
+        self._backoff_s = self._due_at = 0.0
+
+
+_keyed: dict[str, KeyedClaims] = {}
+
+
+def keyed_claims(alias: str) -> KeyedClaims:
+    claims = _keyed.get(alias)
+    if claims is None:
+        claims = _keyed[alias] = KeyedClaims()
+    return claims
