@@ -84,6 +84,14 @@ class JobNotRegistered(PgJobsError):
     """No job is registered under this kind."""
 
 
+class ResultNotJson(PgJobsError):
+    """A handler returned a value that cannot be stored as JSON; its job fails at once.
+
+    Raised `from` the encoding error when there is one: a task's error then names that
+    error's class, as Django's own backends do.
+    """
+
+
 class Retry(Exception):
     """Raised by a handler to be retried: after `delay` seconds, or after the queue's backoff.
 

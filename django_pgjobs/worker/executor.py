@@ -32,6 +32,7 @@ from django_pgjobs.exceptions import (
     InvalidPayload,
     InvalidSchedule,
     LeaseLost,
+    ResultNotJson,
     ResultTooLarge,
     Retry,
 )
@@ -131,7 +132,12 @@ class Executor:
             failure = Failure.from_exception(error, text=reason_text(error.reason, "failed"))
             return self._finish(handle, Verdict.FAIL, started, failure=failure)
         if isinstance(error, ResultNotJson):
-            failure = Failure.from_exception(error, text=str(error))
+            # The encoding error itself, when there is one, is what the failure names
+            # (its class and traceback), as Django's backends name it; the reason stays
+            # "result is not JSON: ...".
+            cause = error.__cause__
+            named = cause if isinstance(cause, Exception) else error
+            failure = Failure.from_exception(named, text=str(error))
             return self._finish(handle, Verdict.FAIL, started, failure=failure)
         return self._retry(handle, Failure.from_exception(error), None, started)
 
@@ -217,10 +223,6 @@ def _misfit(definition: JobDefinition, payload: object) -> str | None:
 @functools.lru_cache(maxsize=1024)
 def _signature(function: Callable[..., Any]) -> inspect.Signature:
     return inspect.signature(function)
-
-
-class ResultNotJson(Exception):
-    """A handler returned a value that cannot be stored as JSON."""
 
 
 def _check_result(result: Any) -> None:
