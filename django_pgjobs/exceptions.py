@@ -84,6 +84,11 @@ class JobNotRegistered(PgJobsError):
     """No job is registered under this kind."""
 
 
+class TaskNotLoaded(PgJobsError):
+    """A django.tasks task read from a row whose module this process has not imported:
+    its result reads, but it cannot be called or enqueued here."""
+
+
 class ResultNotJson(PgJobsError):
     """A handler returned a value that cannot be stored as JSON; its job fails at once.
 

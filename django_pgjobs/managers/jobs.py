@@ -381,6 +381,10 @@ class JobManager(models.Manager["Job"]):
         """
         return bool(db.fetchall(sql.CANCEL_JOB, {"id": job_id}, using))
 
+    def clock(self, *, using: str | None = None) -> datetime:
+        """The database's time at this instant (S22), for a time nothing stored holds."""
+        return db.clock(using)
+
     def get_job(self, job_id: int, *, using: str | None = None) -> JobRecord | None:
         """Read a job from the live or the dead table (S19), or return None."""
         from django_pgjobs.models import DeadJob
