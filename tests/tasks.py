@@ -92,3 +92,9 @@ RETURN_VALUES: dict[str, object] = {}
 @task(max_attempts=3)
 def return_stored(token: str) -> object:
     return RETURN_VALUES[token]
+
+
+@task(max_attempts=2)
+def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Whatever it is called with, as it was called."""
+    return {"args": list(args), "kwargs": kwargs}

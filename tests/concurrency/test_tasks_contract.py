@@ -5,24 +5,30 @@ module still reads its result (docs/tasks.md)."""
 
 from __future__ import annotations
 
+import json
 import sys
-from collections.abc import Iterator
-from datetime import timedelta
+import uuid
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from django.test import override_settings
 from django.utils import timezone
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
 
 from django_pgjobs import registry
 from django_pgjobs.compat import (
     InvalidTask,
     TaskResultMismatch,
     TaskResultStatus,
+    normalize_json,
     task_backends,
     task_finished,
 )
 from django_pgjobs.models import Job
+from django_pgjobs.task_payloads import TASK_OPTIONS
 from django_pgjobs.worker import Worker
 from tests import tasks
 from tests.helpers import dead_row, execute, row
@@ -327,3 +333,194 @@ def test_a_reader_without_the_tasks_module_gets_a_stand_in_and_imports_nothing()
     make_all_due()
     work()  # a worker without the module leaves the job to one that has it (S25)
     assert row(int(job_id), "state", "last_error") == ("pending", f"unknown job kind '{kind}'")
+
+
+# Boundaries: rows edited by hand, return values, kinds no process here has loaded -------
+
+JSON_TEXT = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    max_size=12,
+)
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**40), 2**40)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | JSON_TEXT,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(JSON_TEXT, children, max_size=4)
+    ),
+    max_leaves=8,
+)
+ISO_TIMES = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+).map(datetime.isoformat)
+OPTION_VALUES = (
+    st.integers(-150, 150) | st.sampled_from(["default", "tasks", ""]) | ISO_TIMES | JSON_VALUES
+)
+TASK_DOCUMENTS = JSON_VALUES | st.dictionaries(
+    st.sampled_from([*TASK_OPTIONS, "surprise"]), OPTION_VALUES, max_size=5
+)
+HAND_EDITED_PAYLOADS = JSON_VALUES | st.fixed_dictionaries(
+    {},
+    optional={
+        "args": st.lists(JSON_VALUES, max_size=3) | JSON_VALUES,
+        "kwargs": st.dictionaries(JSON_TEXT, JSON_VALUES, max_size=3) | JSON_VALUES,
+        "task": TASK_DOCUMENTS,
+        "surprise": JSON_VALUES,
+    },
+)
+PROPERTY_SETTINGS = settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def empty_the_tables() -> None:
+    execute("DELETE FROM pgjobs_job; DELETE FROM pgjobs_dead; DELETE FROM tests_note")
+
+
+def test_a_task_payload_edited_by_hand_reads_and_runs_or_dead_letters_with_its_reason() -> None:
+    """Property: whatever JSON a task's payload is edited into, get_result() reads the
+    job (before and after a worker meets it), the worker runs it as the payload says or
+    dead-letters it with a reason naming what is wrong, and a sound task beside it runs."""
+    backend = task_backends["default"]
+
+    @settings(PROPERTY_SETTINGS, max_examples=60)
+    @given(HAND_EDITED_PAYLOADS)
+    def check(payload: Any) -> None:
+        empty_the_tables()
+        victim = tasks.echo.enqueue("sound")
+        neighbour = tasks.add.enqueue(1, 2)
+        execute(
+            "UPDATE pgjobs_job SET payload = %s::jsonb WHERE id = %s",
+            [json.dumps(payload), int(victim.id)],
+        )
+        read = backend.get_result(victim.id)
+        assert read.status == TaskResultStatus.READY
+        assert read.task.func is tasks.echo.func
+        work()
+        assert tasks.add.get_result(neighbour.id).return_value == 3
+        ended = backend.get_result(victim.id)
+        event(f"ended {ended.status}")
+        if ended.status == TaskResultStatus.SUCCESSFUL:
+            assert ended.return_value == {"args": read.args, "kwargs": read.kwargs}
+            assert ended.task == read.task  # the variant the payload says
+            return
+        assert ended.status == TaskResultStatus.FAILED, ended.errors
+        (reason,) = dead_row(int(victim.id), "reason")
+        assert any(
+            said in reason
+            for said in (
+                "the task's payload cannot be read: payload",
+                "payload does not fit the handler",
+                "payload is not a JSON object",
+            )
+        ), reason
+
+    check()
+
+
+class RaisingMapping(Mapping[str, Any]):
+    """A mapping whose items cannot be read: what a hostile return value looks like."""
+
+    def __getitem__(self, key: str) -> Any:
+        raise RuntimeError("no item may be read")
+
+    def __iter__(self) -> Iterator[str]:
+        raise RuntimeError("no item may be listed")
+
+    def __len__(self) -> int:
+        return 1
+
+
+NOT_JSON = st.one_of(
+    st.sets(st.integers(), max_size=3),
+    st.frozensets(st.integers(), max_size=3),
+    st.datetimes(),
+    st.decimals(allow_nan=False),
+    st.complex_numbers(allow_nan=False),
+    st.builds(object),
+    st.just(lambda: True),
+    st.just(b"\xff\xfe not utf-8"),
+    st.just(RaisingMapping()),
+)
+HOSTILE_RETURNS = NOT_JSON | st.tuples(NOT_JSON, st.lists(JSON_VALUES, max_size=3)).map(
+    lambda pair: [*pair[1], {"deep": [pair[0]]}]
+)
+
+
+def raised_by_normalizing(value: object) -> type[BaseException]:
+    try:
+        normalize_json(value)
+    except Exception as error:
+        return type(error)
+    raise AssertionError(f"{value!r} is JSON")
+
+
+def test_a_return_value_that_is_not_json_fails_at_once_with_what_encoding_it_raised() -> None:
+    """Property: whatever non-JSON value a task returns, it fails on its first attempt
+    (of 3) with the encoding error's class as its TaskError, the reason says "result is
+    not JSON", and the worker goes on."""
+
+    @PROPERTY_SETTINGS
+    @given(HOSTILE_RETURNS)
+    def check(value: object) -> None:
+        empty_the_tables()
+        expected = raised_by_normalizing(value)
+        event(f"normalizing raised {expected.__name__}")
+        token = uuid.uuid4().hex
+        tasks.RETURN_VALUES[token] = value
+        try:
+            enqueued = tasks.return_stored.enqueue(token)
+            neighbour = tasks.add.enqueue(2, 2)
+            work()
+        finally:
+            del tasks.RETURN_VALUES[token]
+        read = tasks.return_stored.get_result(enqueued.id)
+        assert (read.status, read.attempts) == (TaskResultStatus.FAILED, 1)
+        (error,) = read.errors
+        assert error.exception_class is expected
+        assert error.traceback.rstrip().splitlines()[-1].startswith(expected.__name__)
+        (reason,) = dead_row(int(enqueued.id), "reason")
+        assert reason.startswith("result is not JSON: ")
+        assert tasks.add.get_result(neighbour.id).return_value == 4
+
+    check()
+
+
+UNLOADED_KINDS = st.sampled_from(
+    ["os.system", "builtins.eval", "subprocess.run", "tests.unloaded_tasks.greet"]
+) | st.from_regex(r"[a-z_][a-z0-9_]{0,8}(\.[a-z_][a-z0-9_]{0,8}){1,3}", fullmatch=True)
+
+
+def test_a_result_of_a_kind_this_process_has_not_loaded_reads_with_a_stand_in() -> None:
+    """Property: for any task path no task of this process holds (an imported module's
+    function or a module that does not exist), get_result() reads the row with a stand-in
+    named after it, imports nothing and registers nothing; calling it says what to do."""
+    backend = task_backends["default"]
+
+    @PROPERTY_SETTINGS
+    @given(UNLOADED_KINDS, st.integers(-100, 100), st.lists(JSON_VALUES, max_size=3))
+    def check(kind: str, priority: int, args: list[Any]) -> None:
+        from django_pgjobs.exceptions import TaskNotLoaded
+
+        assume(registry.get_definition(kind) is None)
+        empty_the_tables()
+        stored = {"priority": priority, "queue_name": "default", "run_after": None}
+        payload = {"args": args, "kwargs": {}, "task": {**stored, "backend": "default"}}
+        modules = set(sys.modules)
+        job_id = str(Job.objects.enqueue(kind, payload).id)
+        read = backend.get_result(job_id)
+        assert (read.task.module_path, read.task.name) == (kind, kind.rpartition(".")[2])
+        (stored_payload,) = row(int(job_id), "payload")  # as jsonb gives it back
+        assert (read.task.priority, read.backend) == (priority, "default")
+        assert read.args == stored_payload["args"]
+        with pytest.raises(TaskNotLoaded, match="is not loaded in this process"):
+            read.task.call(*args)
+        assert read == backend.get_result(job_id)
+        assert set(sys.modules) == modules
+        assert registry.get_definition(kind) is None
+
+    check()
