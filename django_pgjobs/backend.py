@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, cast
 
@@ -386,8 +386,10 @@ class TaskFinished:
         self.sender = sender
         self.value: Any = None
         self.error: BaseException | None = None
-        #: The job as stored once the outcome was saved, read with a batch of others.
+        #: The job as stored once the outcome was saved, read with a batch of others,
+        #: and the database's time then, for a job that is gone (no result retention).
         self.saved: JobRecord | _Unread | None = _Unread.UNREAD
+        self.gone_at: datetime | None = None
 
     @classmethod
     def prepare_batch(cls, batch: list[TaskFinished]) -> None:
@@ -400,8 +402,10 @@ class TaskFinished:
             by_database.setdefault(finished.handle.using, []).append(finished)
         for using, attempts in by_database.items():
             found = Job.objects.get_jobs([f.handle.id for f in attempts], using=using)
+            gone_at = None if len(found) == len(attempts) else Job.objects.clock(using=using)
             for finished in attempts:
                 finished.saved = found.get(finished.handle.id)
+                finished.gone_at = gone_at
 
     def __call__(self) -> None:
         result = self._saved_result()
@@ -439,7 +443,7 @@ class TaskFinished:
         from django_pgjobs.models import Job
 
         result = self.running
-        finished_at = Job.objects.clock(using=self.handle.using)
+        finished_at = self.gone_at or Job.objects.clock(using=self.handle.using)
         if self.error is None:
             set_frozen(
                 result,

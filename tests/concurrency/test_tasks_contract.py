@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from django_pgjobs import registry
 from django_pgjobs.compat import (
     InvalidTask,
+    TaskResultDoesNotExist,
     TaskResultMismatch,
     TaskResultStatus,
     normalize_json,
@@ -31,7 +32,7 @@ from django_pgjobs.models import Job
 from django_pgjobs.task_payloads import TASK_OPTIONS
 from django_pgjobs.worker import Worker
 from tests import tasks
-from tests.helpers import dead_row, execute, row
+from tests.helpers import dead_row, execute, row, scalar
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,7 +68,10 @@ def finished() -> Iterator[list[dict[str, Any]]]:
     seen: list[dict[str, Any]] = []
 
     def receiver(sender: type, task_result: Any, **kwargs: Any) -> None:
-        read = task_result.task.get_backend().get_result(task_result.id)
+        try:
+            read = task_result.task.get_backend().get_result(task_result.id)
+        except TaskResultDoesNotExist:  # not kept (no result retention)
+            read = None
         seen.append({"sent": task_result, "read": read, "exc_info": sys.exc_info()[0]})
 
     task_finished.connect(receiver)
@@ -202,6 +206,24 @@ def test_task_finished_follows_a_task_that_completes_its_own_claim(
     assert by_id[ok.id]["sent"] == by_id[ok.id]["read"]
     assert by_id[failing.id]["sent"].status == TaskResultStatus.READY
     assert by_id[failing.id]["sent"].errors[0].exception_class is RuntimeError
+
+
+def test_task_finished_without_result_retention_carries_the_attempts_own_result(
+    finished: list[dict[str, Any]],
+) -> None:
+    """With RESULT_RETENTION None a success leaves no row: task_finished carries the
+    attempt's own result, finished by the database's clock."""
+    config = {"default": {**TWO_BACKENDS["default"], "OPTIONS": {"RESULT_RETENTION": None}}}
+    with override_settings(TASKS=config):
+        first, second = tasks.add.enqueue(1, 2), tasks.add.enqueue(3, 4)
+        before = scalar("SELECT now()")
+        work()
+        with pytest.raises(TaskResultDoesNotExist):
+            tasks.add.get_result(first.id)
+    sent = {seen["sent"].id: seen["sent"] for seen in finished}
+    assert [sent[r.id].return_value for r in (first, second)] == [3, 7]
+    assert all(sent[r.id].status == TaskResultStatus.SUCCESSFUL for r in (first, second))
+    assert all(sent[r.id].finished_at >= before for r in (first, second))
 
 
 REFUSE_THIRTEEN = """
