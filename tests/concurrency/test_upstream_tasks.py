@@ -61,6 +61,8 @@ ANY_QUEUE = {"default": {"BACKEND": BACKEND, "QUEUES": []}}
 #: Django 6.1 pickles tasks by module path; the backport (django-tasks 0.12) does not.
 PICKLES_TASKS = hasattr(Task, "_reconstruct")
 ON_DJANGO_6 = TASKS_PACKAGE == "django.tasks"
+#: Where the framework's own signal receivers log ("django.tasks"; the backport's name).
+LOGGER = "django.tasks" if ON_DJANGO_6 else "django_tasks"
 
 
 @pytest.fixture(autouse=True)
@@ -91,8 +93,8 @@ def run(coroutine: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(body_then_close())
 
 
-def django_tasks_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [record for record in caplog.records if record.name == "django.tasks"]
+def framework_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [record for record in caplog.records if record.name == LOGGER]
 
 
 def formatted(record: logging.LogRecord) -> str:
@@ -473,9 +475,9 @@ class TestRunningTasks:
         the worker catches it, and django.tasks logs it once, with its traceback."""
         chosen = getattr(test_tasks, name)
         enqueued = chosen.enqueue()
-        with caplog.at_level(logging.ERROR, logger="django.tasks"):
+        with caplog.at_level(logging.ERROR, logger=LOGGER):
             work()
-        errors = [r for r in django_tasks_records(caplog) if r.levelno >= logging.ERROR]
+        errors = [r for r in framework_records(caplog) if r.levelno >= logging.ERROR]
         assert len(errors) == 1
         assert message in formatted(errors[0])
         result = chosen.get_result(enqueued.id)
@@ -506,9 +508,9 @@ class TestRunningTasks:
     def test_complex_exception(self, caplog: pytest.LogCaptureFixture) -> None:
         """Ports test_immediate_backend.ImmediateBackendTestCase.test_complex_exception."""
         enqueued = test_tasks.complex_exception.enqueue()
-        with caplog.at_level(logging.ERROR, logger="django.tasks"):
+        with caplog.at_level(logging.ERROR, logger=LOGGER):
             work()
-        assert [r.levelno for r in django_tasks_records(caplog)] == [logging.ERROR]
+        assert [r.levelno for r in framework_records(caplog)] == [logging.ERROR]
         result = test_tasks.complex_exception.get_result(enqueued.id)
         assert result.status == TaskResultStatus.FAILED
         with pytest.raises(ValueError, match=re.escape("Task failed")):
@@ -524,9 +526,9 @@ class TestRunningTasks:
     def test_complex_return_value(self, caplog: pytest.LogCaptureFixture) -> None:
         """Ports test_immediate_backend.ImmediateBackendTestCase.test_complex_return_value."""
         enqueued = test_tasks.complex_return_value.enqueue()
-        with caplog.at_level(logging.ERROR, logger="django.tasks"):
+        with caplog.at_level(logging.ERROR, logger=LOGGER):
             work()
-        assert [r.levelno for r in django_tasks_records(caplog)] == [logging.ERROR]
+        assert [r.levelno for r in framework_records(caplog)] == [logging.ERROR]
         result = test_tasks.complex_return_value.get_result(enqueued.id)
         assert result.status == TaskResultStatus.FAILED
         assert None not in (result.started_at, result.last_attempted_at, result.finished_at)
@@ -552,10 +554,10 @@ class TestRunningTasks:
     def test_enqueue_logs(self, caplog: pytest.LogCaptureFixture) -> None:
         """Ports test_immediate_backend.ImmediateBackendTestCase.test_enqueue_logs: the
         three lines of a task's life, enqueue to success."""
-        with caplog.at_level(logging.DEBUG, logger="django.tasks"):
+        with caplog.at_level(logging.DEBUG, logger=LOGGER):
             result = test_tasks.noop_task.enqueue()
             work()
-        lines = [record.getMessage() for record in django_tasks_records(caplog)]
+        lines = [record.getMessage() for record in framework_records(caplog)]
         assert len(lines) == 3, lines
         assert "enqueued" in lines[0] and result.id in lines[0]
         assert "state=RUNNING" in lines[1] and result.id in lines[1]
@@ -563,10 +565,10 @@ class TestRunningTasks:
 
     def test_failed_logs(self, caplog: pytest.LogCaptureFixture) -> None:
         """Ports test_immediate_backend.ImmediateBackendTestCase.test_failed_logs."""
-        with caplog.at_level(logging.DEBUG, logger="django.tasks"):
+        with caplog.at_level(logging.DEBUG, logger=LOGGER):
             result = test_tasks.failing_task_value_error.enqueue()
             work()
-        lines = [record.getMessage() for record in django_tasks_records(caplog)]
+        lines = [record.getMessage() for record in framework_records(caplog)]
         assert len(lines) == 3, lines
         assert "state=RUNNING" in lines[1] and result.id in lines[1]
         assert "state=FAILED" in lines[2] and result.id in lines[2]
@@ -574,11 +576,11 @@ class TestRunningTasks:
     def test_successful_task_no_none_in_logs(self, caplog: pytest.LogCaptureFixture) -> None:
         """Ports test_immediate_backend.ImmediateBackendTestCase
         .test_successful_task_no_none_in_logs."""
-        with caplog.at_level(logging.DEBUG, logger="django.tasks"):
+        with caplog.at_level(logging.DEBUG, logger=LOGGER):
             result = test_tasks.noop_task.enqueue()
             work()
         assert test_tasks.noop_task.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
-        lines = [record.getMessage() for record in django_tasks_records(caplog)]
+        lines = [record.getMessage() for record in framework_records(caplog)]
         assert lines and all("None" not in line for line in lines)
 
     def test_takes_context(self) -> None:
@@ -695,9 +697,9 @@ class TestEnqueuedTasks:
     def test_enqueue_logs(self, caplog: pytest.LogCaptureFixture) -> None:
         """Ports test_dummy_backend.DummyBackendTestCase.test_enqueue_logs: enqueueing
         logs one line."""
-        with caplog.at_level(logging.DEBUG, logger="django.tasks"):
+        with caplog.at_level(logging.DEBUG, logger=LOGGER):
             result = test_tasks.noop_task.enqueue()
-        lines = [record.getMessage() for record in django_tasks_records(caplog)]
+        lines = [record.getMessage() for record in framework_records(caplog)]
         assert len(lines) == 1
         assert "enqueued" in lines[0] and result.id in lines[0]
 
