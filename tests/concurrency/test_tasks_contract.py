@@ -357,6 +357,18 @@ def test_a_reader_without_the_tasks_module_gets_a_stand_in_and_imports_nothing()
     assert row(int(job_id), "state", "last_error") == ("pending", f"unknown job kind '{kind}'")
 
 
+def test_a_plain_jobs_id_is_no_tasks_result() -> None:
+    """A registered plain job, or an unknown kind whose payload is not a task's call,
+    reads as no task result at all (never as a stand-in)."""
+    from tests import jobs
+
+    plain = str(jobs.noop.enqueue().id)
+    unknown = str(Job.objects.enqueue("elsewhere.plain_job", {"label": "x"}).id)
+    for job_id in (plain, unknown):
+        with pytest.raises(TaskResultDoesNotExist, match="is not a task's"):
+            task_backends["default"].get_result(job_id)
+
+
 # Boundaries: rows edited by hand, return values, kinds no process here has loaded -------
 
 JSON_TEXT = st.text(
