@@ -1,7 +1,8 @@
 """Run the benchmarks: `python -m bench [--smoke] [--only drain,wake] [--repeat 3]`.
 
-Uses the PostgreSQL server of DATABASE_URL (a scratch database `pgjobs_bench` is created
-on it and dropped afterwards), or a private embedded one when DATABASE_URL is unset.
+Uses the PostgreSQL server of DATABASE_URL (a scratch database `pgjobs_bench`, or
+$PGJOBS_BENCH_DATABASE, is created on it and dropped afterwards), or a private embedded
+one when DATABASE_URL is unset.
 Prints a table and writes JSON to bench/results/.
 """
 

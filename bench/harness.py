@@ -21,7 +21,8 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH_DATABASE = "pgjobs_bench"
+#: The scratch database (dropped and created again): name another to run beside a run.
+BENCH_DATABASE = os.environ.get("PGJOBS_BENCH_DATABASE", "pgjobs_bench")
 WORKER_APP_NAME = "pgjobs-bench-worker"
 
 

@@ -14,6 +14,8 @@ DATABASES = {"default": database_settings(os.environ["DATABASE_URL"])}
 # Persistent connections, as production sites run them (and as preparing statements needs).
 DATABASES["default"]["CONN_MAX_AGE"] = 60
 INSTALLED_APPS = ["django.contrib.contenttypes", "django_pgjobs", "bench"]
+# Django's tasks framework on the queue (the tasks benchmark), with its default options.
+TASKS = {"default": {"BACKEND": "django_pgjobs.backend.PgJobsBackend"}}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGGING = {
     "version": 1,

@@ -39,6 +39,7 @@ class Sizes:
     counts_rows: int = 1_000_000
     counts_samples: int = 50
     poison_ordinary: int = 10_000
+    tasks: int = 20_000
 
 
 SMOKE = Sizes(
@@ -56,6 +57,7 @@ SMOKE = Sizes(
     counts_rows=5_000,
     counts_samples=5,
     poison_ordinary=500,
+    tasks=500,
 )
 
 INSERT_NOOPS = """
@@ -621,6 +623,75 @@ def poison(database: Database, sizes: Sizes) -> list[Figure]:
     ]
 
 
+def tasks(database: Database, sizes: Sizes) -> list[Figure]:
+    """django.tasks on the queue: N no-op tasks enqueued with Task.enqueue() in one
+    transaction, then drained by one runjobs process at its default settings. The
+    ceilings are N plain no-op jobs, enqueued with Job.objects.enqueue() in one
+    transaction and drained the same way, in the same run: what a task costs beside a
+    job (its payload, its variant rebuilt, its signals, its result read back once saved
+    for task_finished, its row kept for the result retention)."""
+    from django.db import transaction
+
+    from bench import tasks as bench_tasks
+    from django_pgjobs.models import Job
+
+    n = sizes.tasks
+
+    def enqueued(enqueue_one: Callable[[], object]) -> float:
+        database.reset_jobs()
+        started = time.perf_counter()
+        with transaction.atomic():
+            for _ in range(n):
+                enqueue_one()
+        rate = n / (time.perf_counter() - started)
+        with database.connect() as conn:
+            conn.execute("VACUUM ANALYZE pgjobs_job")
+        return rate
+
+    job_enqueue = enqueued(lambda: Job.objects.enqueue("bench.noop"))
+    job_drain = _drained(database, n)
+    task_enqueue = enqueued(bench_tasks.noop.enqueue)
+    task_drain = _drained(database, n)
+    done = database.count(where="state = 'done' AND kind = 'bench.tasks.noop'")
+    database.reset_jobs()
+    details = {"tasks": n, "kept as done (result retention)": done}
+    return [
+        Figure(
+            "tasks",
+            "Task.enqueue() in one transaction",
+            task_enqueue,
+            "tasks/s",
+            ceiling=job_enqueue,
+            details={**details, "ceiling": "Job.objects.enqueue() of a plain job, the same way"},
+        ),
+        Figure(
+            "tasks",
+            "drain, 1 process, default settings",
+            task_drain,
+            "tasks/s",
+            ceiling=job_drain,
+            details={**details, "ceiling": "plain no-op jobs drained the same way"},
+        ),
+    ]
+
+
+def _drained(database: Database, n: int) -> float:
+    """Run the `n` jobs in the table with one `runjobs --burst`; return jobs per second
+    from its first claim to its last recorded outcome. Every job must end done or gone."""
+    worker = WorkerProcess(database, "--burst")
+    try:
+        worker.wait(timeout=max(600, n / 500))
+        window = worker.drain_window()
+        if window is None:
+            raise RuntimeError("the worker reported no drain window:\n" + worker.output())
+        left = database.count(where="state <> 'done'")
+        if left:
+            raise RuntimeError(f"{left} jobs were not done:\n" + worker.output()[-3000:])
+        return n / (window[1] - window[0])
+    finally:
+        worker.cleanup()
+
+
 BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
     "enqueue": enqueue,
     "drain": drain,
@@ -630,4 +701,5 @@ BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
     "footprint": footprint,
     "counts": counts,
     "poison": poison,
+    "tasks": tasks,
 }

@@ -12,7 +12,7 @@ import logging
 import threading
 import traceback as traceback_module
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -226,6 +226,10 @@ class JobHandle:
     keyed: bool = field(default=False)
     #: Cancellation and progress between the handler and its worker (S32).
     control: RunControl = field(default_factory=RunControl, repr=False)
+    #: Called once this claim's outcome is saved, by whoever saved it (the worker, or the
+    #: handler's own transaction): the django.tasks backend's task_finished, for one.
+    #: See `run_after_recorded`.
+    after_recorded: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
     @property
     def job_id(self) -> int:
@@ -370,6 +374,37 @@ class JobHandle:
             f"<JobHandle id={self.id} kind={self.kind} queue={self.queue} "
             f"attempt={self.attempt}/{self.max_attempts}>"
         )
+
+
+def run_after_recorded(handles: Iterable[JobHandle]) -> None:
+    """Run, once each, the callbacks waiting for these claims' outcomes, just saved.
+
+    Callbacks that share a `prepare_batch` attribute (a function of all of them) get it
+    called once before any runs: the task_finished of a batch of tasks reads their
+    results in one query, not one each. A callback (or a preparation) that raises is
+    logged and the others still run: the outcomes are saved already, and nothing a
+    callback does may stop the worker that saved them.
+    """
+    callbacks: list[Callable[[], None]] = []
+    for handle in handles:
+        callbacks.extend(handle.after_recorded)
+        handle.after_recorded = []
+    batches: dict[Callable[[list[Any]], None], list[Any]] = {}
+    for callback in callbacks:
+        prepare = getattr(callback, "prepare_batch", None)
+        if prepare is not None:
+            batches.setdefault(prepare, []).append(callback)
+    for prepare, batch in batches.items():
+        _contained(prepare, batch)
+    for callback in callbacks:
+        _contained(callback)
+
+
+def _contained(function: Callable[..., None], *args: Any) -> None:
+    try:
+        function(*args)
+    except BaseException:
+        logger.exception("a callback after an outcome was saved raised %r; ignored", function)
 
 
 class Verdict(Enum):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 try:
-    from django.tasks import task_backends
+    from django.tasks import default_task_backend, task, task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import (
         TASK_MAX_PRIORITY,
@@ -17,13 +17,22 @@ try:
         TaskResult,
         TaskResultStatus,
     )
-    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.exceptions import (
+        InvalidTask,
+        InvalidTaskBackend,
+        TaskResultDoesNotExist,
+        TaskResultMismatch,
+    )
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 
     TASKS_PACKAGE = "django.tasks"
 except ImportError:  # Django 5.2: the backport
-    from django_tasks import task_backends  # type: ignore[no-redef]
+    from django_tasks import (  # type: ignore[no-redef]
+        default_task_backend,
+        task,
+        task_backends,
+    )
     from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
     from django_tasks.base import (  # type: ignore[no-redef]
         TASK_MAX_PRIORITY,
@@ -35,9 +44,15 @@ except ImportError:  # Django 5.2: the backport
         TaskResultStatus,
     )
     from django_tasks.exceptions import (  # type: ignore[no-redef]
+        InvalidTaskBackendError as InvalidTaskBackend,
+    )
+    from django_tasks.exceptions import (  # type: ignore[no-redef]
         InvalidTaskError as InvalidTask,
     )
-    from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
+    from django_tasks.exceptions import (  # type: ignore[no-redef]
+        TaskResultDoesNotExist,
+        TaskResultMismatch,
+    )
     from django_tasks.signals import (  # type: ignore[no-redef]
         task_enqueued,
         task_finished,
@@ -53,14 +68,18 @@ __all__ = [
     "TASK_MIN_PRIORITY",
     "BaseTaskBackend",
     "InvalidTask",
+    "InvalidTaskBackend",
     "Task",
     "TaskContext",
     "TaskError",
     "TaskResult",
     "TaskResultDoesNotExist",
+    "TaskResultMismatch",
     "TaskResultStatus",
+    "default_task_backend",
     "normalize_json",
     "set_frozen",
+    "task",
     "task_backends",
     "task_enqueued",
     "task_finished",

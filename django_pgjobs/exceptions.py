@@ -93,6 +93,19 @@ class JobNotRegistered(PgJobsError):
     """No job is registered under this kind."""
 
 
+class TaskNotLoaded(PgJobsError):
+    """A django.tasks task read from a row whose module this process has not imported:
+    its result reads, but it cannot be called or enqueued here."""
+
+
+class ResultNotJson(PgJobsError):
+    """A handler returned a value that cannot be stored as JSON; its job fails at once.
+
+    Raised `from` the encoding error when there is one: a task's error then names that
+    error's class, as Django's own backends do.
+    """
+
+
 class Retry(Exception):
     """Raised by a handler to be retried: after `delay` seconds, or after the queue's backoff.
 

@@ -34,6 +34,17 @@ def fetchall(statement: str, params: Mapping[str, Any], using: str | None) -> li
         return cursor.fetchall() if cursor.description else []
 
 
+def fetch_named(
+    statement: str, params: Mapping[str, Any], using: str | None
+) -> list[dict[str, Any]]:
+    """Run `statement` and return its rows as mappings of column name to value."""
+    with executed(statement, params, using) as cursor:
+        if not cursor.description:
+            return []
+        names = [column.name for column in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
 def rowcount(statement: str, params: Mapping[str, Any], using: str | None) -> int:
     """Run `statement` and return how many rows it changed."""
     with executed(statement, params, using) as cursor:

@@ -35,6 +35,9 @@ from django_pgjobs.records import (
 if TYPE_CHECKING:
     from django_pgjobs.models import Job  # noqa: F401
 
+#: The jsonb columns of a job, which a raw statement reads as text.
+JSON_COLUMNS = ("payload", "result", "errors", "rerun_payload")
+
 #: Advisory lock key of the sweeper: "pgjobs" as a number, so other locks rarely clash.
 SWEEP_LOCK_ID = int.from_bytes(b"pgjobsSW", "big") & 0x7FFF_FFFF_FFFF_FFFF
 
@@ -392,6 +395,10 @@ class JobManager(models.Manager["Job"]):
         ((deleted, told, _),) = db.fetchall(sql.CANCEL_JOB, params, using)
         return bool(deleted or told)
 
+    def clock(self, *, using: str | None = None) -> datetime:
+        """The database's time at this instant (S22), for a time nothing stored holds."""
+        return db.clock(using)
+
     def get_job(self, job_id: int, *, using: str | None = None) -> JobRecord | None:
         """Read a job from the live or the dead table (S19), or return None."""
         from django_pgjobs.models import DeadJob
@@ -404,6 +411,15 @@ class JobManager(models.Manager["Job"]):
         if dead is not None:
             return JobRecord.of({**dead, "state": "dead"})
         return None
+
+    def get_jobs(self, job_ids: Sequence[int], *, using: str | None = None) -> dict[int, JobRecord]:
+        """Read many jobs from the live and the dead table in one statement (S19): those
+        found, by id."""
+        rows = db.fetch_named(sql.READ_JOBS, {"ids": db.array_of_ids(job_ids)}, using)
+        for values in rows:
+            for column in JSON_COLUMNS:
+                values[column] = db.json_value(values[column])
+        return {values["id"]: JobRecord.of(values) for values in rows}
 
     def run_now(self, job_ids: Sequence[int], *, using: str | None = None) -> int:
         """Make pending jobs runnable now; return how many were pending."""

@@ -17,7 +17,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django_pgjobs.claims import DEAD, LOST, RETRIED, Failure, JobHandle, Outcome, Verdict
+from django_pgjobs.claims import (
+    DEAD,
+    LOST,
+    RETRIED,
+    Failure,
+    JobHandle,
+    Outcome,
+    Verdict,
+    run_after_recorded,
+)
 from django_pgjobs.managers import JobManager
 from django_pgjobs.worker.executor import cancellation_of
 from django_pgjobs.worker.faults import Faults, describe, is_outage
@@ -101,6 +110,7 @@ class Completer:
                 describe(error),
             )
         else:
+            run_after_recorded(entry[0] for entry in buffer)
             buffer.clear()
             return True
         while buffer:
@@ -112,6 +122,8 @@ class Completer:
                     return False
                 if not self._bury_unstorable(buffer[0][0], refused):
                     return False
+            else:
+                run_after_recorded([buffer[0][0]])
             del buffer[0]
         return True
 
@@ -172,6 +184,7 @@ class Completer:
             handle.max_attempts,
             reason,
         )
+        run_after_recorded([handle])
         self.stats.dead += buried
         self.stats.lost += 1 - buried
         return True

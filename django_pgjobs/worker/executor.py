@@ -33,6 +33,7 @@ from django_pgjobs.exceptions import (
     InvalidPayload,
     InvalidSchedule,
     LeaseLost,
+    ResultNotJson,
     ResultTooLarge,
     Retry,
 )
@@ -243,7 +244,12 @@ class Executor:
             failure = Failure.from_exception(error, text=reason_text(error.reason, "failed"))
             return self._finish(handle, Verdict.FAIL, started, failure=failure)
         if isinstance(error, ResultNotJson):
-            failure = Failure.from_exception(error, text=str(error))
+            # The encoding error itself, when there is one, is what the failure names
+            # (its class and traceback), as Django's backends name it; the reason stays
+            # "result is not JSON: ...".
+            cause = error.__cause__
+            named = cause if isinstance(cause, Exception) else error
+            failure = Failure.from_exception(named, text=str(error))
             return self._finish(handle, Verdict.FAIL, started, failure=failure)
         return self._retry(handle, Failure.from_exception(error), None, started)
 
@@ -311,10 +317,6 @@ class Executor:
         _log(outcome)
         signals.run_ended(outcome)
         return outcome
-
-
-class ResultNotJson(Exception):
-    """A handler returned a value that cannot be stored as JSON."""
 
 
 class _Stopped(BaseException):

@@ -26,7 +26,7 @@ from types import FrameType
 from typing import Any
 
 from django_pgjobs import options, registry
-from django_pgjobs.claims import Failure, JobHandle, Verdict
+from django_pgjobs.claims import Failure, JobHandle, Verdict, run_after_recorded
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.models import Job, QueueControl
@@ -400,11 +400,19 @@ class Worker:
 
     def _collect(self) -> None:
         """Move finished runs from the handler threads into the completer's buffers."""
-        for outcome in self.pool.take_finished():
+        finished = self.pool.take_finished()
+        for outcome in finished:
             self.leases.drop(outcome.handle)
             if outcome.verdict is not Verdict.LOST:  # a lost claim may not have run at all
                 self.pacing.ran(outcome.duration)
             self.completer.take(outcome)
+        # The handler's own transaction saved these (a fence, transaction mode).
+        run_after_recorded(
+            o.handle
+            for o in finished
+            if o.verdict is Verdict.RECORDED
+            or (o.verdict is Verdict.CANCELLED and o.handle.finished)
+        )
         self.stats.in_flight = len(self.leases)
 
     def _look_after(self, now: float) -> None:

@@ -278,6 +278,22 @@ class TestS19GetJob:
     def test_s19_get_job_of_nothing_is_none(self) -> None:
         assert Job.objects.get_job(987654321) is None
 
+    def test_s19_get_jobs_reads_many_from_both_tables_as_get_job_reads_each(self) -> None:
+        pending = Job.objects.enqueue("demo.t", {"p": 1}).id
+        running = claim()
+        done = claim(result_retention=60)
+        done.ack({"ok": [1, 2]})
+        dead = claim(max_attempts=1)
+        dead.retry("boom")
+        ids = [pending, running.id, done.id, dead.id]
+        found = Job.objects.get_jobs([*ids, 987654321])
+        assert sorted(found) == sorted(ids)
+        assert all(found[job_id] == Job.objects.get_job(job_id) for job_id in ids)
+        assert [found[job_id].state for job_id in ids] == ["pending", "running", "done", "dead"]
+        assert found[dead.id].reason == "max attempts exceeded"
+        assert found[dead.id].errors[0]["error"] == "boom"
+        assert Job.objects.get_jobs([]) == {}
+
 
 class TestRequeue:
     def test_requeue_moves_a_dead_letter_back_with_a_fresh_budget(self) -> None:

@@ -137,6 +137,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "LISTEN_CHANNEL": {},
     "TUNE_WORKER_SESSION": {},
     "RUN_JOBS_NOW": {"ids": [1], **WAKE},
+    "READ_JOBS": {"ids": [1, 2]},
     "CANCEL_JOBS": {"ids": [1], "reason": "cancelled", **WAKE},
     "LIVE_QUEUE_NAMES": {},
     "DEAD_QUEUE_NAMES": {},

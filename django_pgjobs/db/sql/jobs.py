@@ -174,6 +174,19 @@ dead AS (
 SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM held), (SELECT count(*) FROM told)
 """
 
+READ_JOBS = f"""
+-- Read jobs by id from the live and the dead table in one round trip (S19): the results
+-- of a batch of django.tasks tasks whose outcomes were just saved. A dead letter reads
+-- as state 'dead', with its reason.
+SELECT id, state, {KEPT_COLUMNS}, last_error, errors, finished_at, purge_at,
+       NULL::text AS reason, NULL::timestamptz AS died_at
+FROM pgjobs_job WHERE id = ANY(%(ids)s::bigint[])
+UNION ALL
+SELECT id, 'dead', {KEPT_COLUMNS}, last_error, errors, finished_at, NULL::timestamptz,
+       reason, died_at
+FROM pgjobs_dead WHERE id = ANY(%(ids)s::bigint[])
+"""
+
 RUN_JOBS_NOW = """
 -- Make pending jobs runnable now (admin "run now"); wake the workers of their queues.
 WITH moved AS (
