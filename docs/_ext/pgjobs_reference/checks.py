@@ -131,13 +131,13 @@ def _summary(function: ast.FunctionDef | ast.AsyncFunctionDef | None, check_id: 
 
 def _owner(tree: ast.Module, target: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The innermost function whose body holds `target`."""
-    owner = None
+    owner: ast.FunctionDef | ast.AsyncFunctionDef | None = None
     for node in ast.walk(tree):
-        holds_target = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
-            child is target for child in ast.walk(node)
-        )
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        holds_target = any(child is target for child in ast.walk(node))
         if holds_target and (owner is None or any(child is node for child in ast.walk(owner))):
-            owner = node  # type: ignore[assignment]
+            owner = node
     return owner
 
 

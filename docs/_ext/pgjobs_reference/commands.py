@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Iterator
 
 from pgjobs_reference.markdown import code, table
+from pgjobs_reference.settings import default_literal
 
 #: The commands django_pgjobs ships, with the app that holds each.
 COMMANDS = (
@@ -34,11 +36,30 @@ def _option_names(action: argparse.Action) -> str:
     return names
 
 
+def _setting_of(action: argparse.Action) -> str | None:
+    """The PGJOBS setting an option without a default of its own falls back to: the one
+    named like it (--shutdown-grace: SHUTDOWN_GRACE), else the one its help names."""
+    from django_pgjobs.conf import Settings
+
+    settings = {name for name in vars(Settings) if name.isupper()}
+    if action.dest.upper() in settings:
+        return action.dest.upper()
+    named = re.search(r"PGJOBS\['([A-Z_]+)'\]", action.help or "")
+    return named.group(1) if named and named.group(1) in settings else None
+
+
 def _default(action: argparse.Action) -> str:
     if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
         return "off" if action.default is False else "on"
     if action.default in (None, argparse.SUPPRESS) or action.default == []:
-        return "—" if action.option_strings else "required"
+        if not action.option_strings:
+            return "required"
+        setting = _setting_of(action)
+        if setting is None:
+            return "—"
+        from django_pgjobs.conf import Settings
+
+        return f"{code(setting)} ({code(default_literal(getattr(Settings, setting)))})"
     return code(repr(action.default))
 
 
