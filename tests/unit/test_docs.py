@@ -126,3 +126,14 @@ def test_a_table_has_a_row_per_entry_and_its_header() -> None:
     rows = [("a|b", "line\nbreak"), ("`x`", "")]
     lines = markdown.table(("one", "two"), rows).splitlines()
     assert lines == ["| one | two |", "|---|---|", "| a\\|b | line break |", "| `x` |  |"]
+
+
+def test_the_guarantees_page_counts_the_tests_that_pin_each_rule() -> None:
+    """Each of S1..S27 is named by a test of the suite, and the page has a row per rule."""
+    pinned = docs_reference("rules").pinning_tests()
+    assert [rule for rule in range(1, 28) if rule not in pinned] == []
+    page = docs_reference("rules").rules_markdown()
+    assert [line.split(" | ")[0] for line in page.splitlines()[2:]] == [
+        f"| S{rule}" for rule in range(1, 29)
+    ]
+    assert "`test_s9_" in page

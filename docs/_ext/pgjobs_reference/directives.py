@@ -20,7 +20,7 @@ from docutils.statemachine import StringList
 from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
 
-from pgjobs_reference import checks, commands, exceptions, settings, signals, states
+from pgjobs_reference import checks, commands, exceptions, rules, settings, signals, states
 
 #: Directive name -> the generator of its Markdown.
 GENERATORS: dict[str, Callable[[], str]] = {
@@ -31,6 +31,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "pgjobs-signals": signals.signals_markdown,
     "pgjobs-exceptions": exceptions.exceptions_markdown,
     "pgjobs-states": states.states_markdown,
+    "pgjobs-rules": rules.rules_markdown,
 }
 
 
