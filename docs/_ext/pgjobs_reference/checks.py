@@ -37,10 +37,25 @@ def package_root() -> Path:
     return Path(django_pgjobs.__file__).resolve().parent
 
 
-def _text(node: ast.expr | None) -> str:
-    """A message as the reader sees it, with each value left to run time as <name>."""
+def _text(node: ast.expr | None, function: ast.AST | None = None) -> str:
+    """A message as the reader sees it, with each value left to run time as <name>.
+
+    A message held in a variable of the check function reads as each text assigned to it.
+    """
     if node is None:
         return ""
+    if isinstance(node, ast.Name) and function is not None:
+        assigned = [
+            _text(assignment.value)
+            for assignment in ast.walk(function)
+            if isinstance(assignment, ast.Assign)
+            and any(
+                isinstance(target, ast.Name) and target.id == node.id
+                for target in assignment.targets
+            )
+        ]
+        if assigned:
+            return " Or: ".join(assigned)
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.JoinedStr):
@@ -109,8 +124,8 @@ def check_entries(root: Path | None = None) -> list[CheckEntry]:
                         id=check_id.value,
                         level=level,
                         summary=_summary(owner, check_id.value),
-                        message=_text(node.args[0] if node.args else keywords.get("msg")),
-                        hint=_text(keywords.get("hint")),
+                        message=_text(node.args[0] if node.args else keywords.get("msg"), owner),
+                        hint=_text(keywords.get("hint"), owner),
                         deploy=_is_deploy(owner),
                         source=f"{path.relative_to(root.parent).with_suffix('')}".replace("/", "."),
                     )
