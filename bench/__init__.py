@@ -1,1 +1,1 @@
-"""django_pgjobs benchmarks: `python -m bench` (see README's Performance section)."""
+"""django_pgjobs benchmarks: `python -m bench` (see docs/explanation/performance.md)."""

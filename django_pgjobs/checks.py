@@ -76,7 +76,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         return [
             checks.Error(
                 str(error),
-                hint="See the Settings section of django_pgjobs' README.",
+                hint="The settings and their defaults: docs/reference/settings.md.",
                 id="pgjobs.E002",
             )
         ]
@@ -121,7 +121,7 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
         return [
             checks.Error(
                 str(error),
-                hint="See the Schedules section of django_pgjobs' README.",
+                hint="How to declare schedules: docs/how-to/schedules.md.",
                 id="pgjobs.E003",
             )
         ]
@@ -189,7 +189,8 @@ def check_database_role(
             f"The jobs database's role {name!r} {', '.join(powers)}: a worker needs only to "
             "read and write the rows of the app's tables.",
             hint="Run workers and the web process as a role with only those grants (see "
-            "docs/security.md, 'A least-privilege role'); keep the owner role for migrate.",
+            "docs/explanation/security.md, 'A least-privilege role'); keep the owner role for "
+            "migrate.",
             id="pgjobs.W012",
         )
     ]

@@ -1,6 +1,7 @@
 """Settings: one `PGJOBS` dict in the Django settings, read at access time.
 
-Every default lives on `Settings` below and is documented in README.md. Durations accept
+Every default lives on `Settings` below; its `#:` comment is its description, and the
+settings reference (docs/reference/settings.md) is generated from both. Durations accept
 seconds (int or float) or a `datetime.timedelta`. Per-queue overrides go under
 `PGJOBS["QUEUES"][<queue name>]` and take the same keys as the queue options here.
 """

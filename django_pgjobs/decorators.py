@@ -175,7 +175,7 @@ def job(
             holds the job row and deletes it on success.
         takes_context: pass the claim as the first argument; default: when the first
             parameter is named `ctx` or `context`.
-        schedule: also run it periodically: a cron expression ("*/5 * * * *"), or a
+        schedule: also run it periodically: a cron expression (`"*/5 * * * *"`), or a
             `Cron(...)` for a timezone, a payload and options. The schedule is named
             after the kind.
         timeout: the longest an attempt may run (S33); past it the attempt is recorded

@@ -1,6 +1,6 @@
 """Safe defaults where processes meet the network and the database: a worker's metrics
 server closed to the network unless a token guards it, a worker and the admin that run
-under the least-privilege role of docs/security.md, and the example project's views that
+under the least-privilege role of docs/explanation/security.md, and the example project's views that
 answer bad input with a 400."""
 
 from __future__ import annotations
@@ -59,11 +59,11 @@ def test_a_worker_with_a_token_asks_every_scrape_for_it(workers: Workers) -> Non
 
 
 def least_privilege_snippet() -> str:
-    """The SQL of docs/security.md's 'A least-privilege role', as users copy it."""
-    text = (ROOT / "docs" / "security.md").read_text()
+    """The SQL of docs/explanation/security.md's 'A least-privilege role', as users copy it."""
+    text = (ROOT / "docs" / "explanation" / "security.md").read_text()
     section = text.split("## A least-privilege role", 1)[1]
     match = re.search(r"```sql\n(.*?)```", section, re.S)
-    assert match, "docs/security.md lost its least-privilege snippet"
+    assert match, "docs/explanation/security.md lost its least-privilege snippet"
     return match.group(1)
 
 

@@ -1,6 +1,6 @@
-"""The package's shape (docs/architecture.md), held by its source: imports that point one
-way (no cycle but Django's models <-> managers), SQL sent only from db/, modules small
-enough to read, and worker pieces that each keep a little state."""
+"""The package's shape (docs/explanation/architecture.md), held by its source: imports that
+point one way (no cycle but Django's models <-> managers), SQL sent only from db/, modules
+small enough to read, and worker pieces that each keep a little state."""
 
 from __future__ import annotations
 

@@ -1,0 +1,139 @@
+"""The documentation's reference, generated from the code (docs/_ext/pgjobs_reference):
+every setting, command option, check id, signal, exception and state appears, and a
+docstring that disagrees with the code stops the build instead of misleading a reader."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+import pytest
+from django.core.management import load_command_class
+from hypothesis import given
+from hypothesis import strategies as st
+
+from django_pgjobs import exceptions, signals
+from django_pgjobs.states import JobState
+from tests.docs import docs_reference
+from tests.spawn import ROOT
+
+markdown = docs_reference("markdown")
+
+
+def test_the_checks_reference_names_every_check_id_of_the_source() -> None:
+    source = "\n".join(
+        path.read_text()
+        for path in (ROOT / "django_pgjobs").rglob("*.py")
+        if "migrations" not in path.parts
+    )
+    ids = set(re.findall(r"""id=["'](pgjobs\.[A-Z]\d+)["']""", source))
+    page = docs_reference("checks").checks_markdown()
+    assert ids and {check_id for check_id in ids if f"## {check_id}\n" not in page} == set()
+
+
+def test_the_checks_reference_says_which_checks_run_with_deploy() -> None:
+    entries = docs_reference("checks").check_entries()
+    deploy = {entry.id for entry in entries if entry.deploy}
+    assert {"pgjobs.W010", "pgjobs.W011", "pgjobs.W012"} <= deploy
+    assert "pgjobs.E001" not in deploy
+
+
+@pytest.mark.parametrize(("name", "app"), docs_reference("commands").COMMANDS)
+def test_the_commands_reference_lists_every_option_of_the_parser(name: str, app: str) -> None:
+    page = docs_reference("commands").command_markdown(name, app)
+    parser = load_command_class(app, name).create_parser("manage.py", name)
+    parsers = [parser] + [
+        subparser
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for subparser in action.choices.values()
+    ]
+    django_options = {"--version", "--verbosity", "--settings", "--pythonpath", "--traceback"}
+    django_options |= {"--no-color", "--force-color", "--skip-checks", "--help"}
+    for each in parsers:
+        for action in each._actions:
+            for option in action.option_strings:
+                if option.startswith("--") and option not in django_options:
+                    assert f"`{option}" in page, option
+
+
+def test_the_signals_reference_holds_every_signal_with_the_arguments_it_is_sent_with() -> None:
+    page = docs_reference("signals").signals_markdown()
+    for name in ("job_enqueued", "job_started", "job_finished", "job_dead"):
+        assert f"`django_pgjobs.signals.{name}`" in page
+    sent = docs_reference("signals").sent_arguments()
+    assert sent["job_started"] == {"handle"}
+    assert sent["job_finished"] == {"handle", "outcome", "duration", "error"}
+
+
+def test_a_signal_documented_with_other_arguments_than_it_is_sent_with_stops_the_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reference = docs_reference("signals")
+    wrong = (signals.__doc__ or "").replace(
+        "`job_started(kind, handle)`", "`job_started(kind, handle, attempt)`"
+    )
+    assert wrong != signals.__doc__
+    monkeypatch.setattr(signals, "__doc__", wrong)
+    with pytest.raises(docs_reference("markdown").ReferenceDrift, match="job_started"):
+        reference.signal_entries()
+
+
+def test_the_exceptions_reference_names_every_exception_class() -> None:
+    page = docs_reference("exceptions").exceptions_markdown()
+    classes = [
+        value
+        for value in vars(exceptions).values()
+        if isinstance(value, type)
+        and issubclass(value, BaseException)
+        and value.__module__ == exceptions.__name__
+    ]
+    assert len(classes) > 10
+    for cls in classes:
+        assert f"`{cls.__name__}`" in page
+    assert "`InvalidJobOption` (also a `ValueError`)" in page
+
+
+def test_the_states_reference_says_what_moves_a_job_in_and_out_of_every_state() -> None:
+    page = docs_reference("states").states_markdown()
+    for state in JobState:
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{state.value}`"))
+        assert "In:" in row and "Out:" in row, state
+
+
+@given(st.text())
+def test_a_table_cell_is_one_line_whatever_text_a_docstring_holds(text: str) -> None:
+    cell = markdown.cell(text)
+    assert "\n" not in cell and "\r" not in cell
+    assert re.search(r"(?<!\\)\|", cell) is None
+    assert cell.replace("\\|", "|") == " ".join(text.split())
+
+
+@given(st.text(alphabet=st.sampled_from("`ab |*<>_\\")))
+def test_a_code_span_holds_any_text_without_ending_early(text: str) -> None:
+    """CommonMark ends a code span at the first run of backticks as long as its fence, and
+    strips one space of padding on each side."""
+    span = markdown.code(text)
+    fence = re.match(r"`+", span).group(0)
+    assert span.endswith(fence) and len(span) >= 2 * len(fence)
+    inner = span[len(fence) : len(span) - len(fence)]
+    assert all(len(run) != len(fence) for run in re.findall(r"`+", inner))
+    padded = inner.startswith(" ") and inner.endswith(" ") and inner.strip(" ") != ""
+    assert (inner[1:-1] if padded and inner != text else inner) == (text or " ")
+
+
+def test_a_table_has_a_row_per_entry_and_its_header() -> None:
+    rows = [("a|b", "line\nbreak"), ("`x`", "")]
+    lines = markdown.table(("one", "two"), rows).splitlines()
+    assert lines == ["| one | two |", "|---|---|", "| a\\|b | line break |", "| `x` |  |"]
+
+
+def test_the_guarantees_page_counts_the_tests_that_pin_each_rule() -> None:
+    """Each of S1..S27 is named by a test of the suite, and the page has a row per rule."""
+    pinned = docs_reference("rules").pinning_tests()
+    assert [rule for rule in range(1, 28) if rule not in pinned] == []
+    page = docs_reference("rules").rules_markdown()
+    assert [line.split(" | ")[0] for line in page.splitlines()[2:]] == [
+        f"| S{rule}" for rule in range(1, 29)
+    ]
+    assert "`test_s9_" in page
