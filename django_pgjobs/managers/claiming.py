@@ -53,12 +53,34 @@ def claimed(rows: Sequence[Any]) -> int:
 
 
 def _claim_keyed(queues: list[str], n: int, worker_id: str, alias: str) -> tuple[list[Any], bool]:
-    """Claim up to `n` keyed jobs of `queues`, each key up to its limits (S34, S35)."""
+    """Claim up to `n` keyed jobs of `queues`, each key up to its limits (S34, S35), in
+    rounds of a few keys each: until `n` are claimed, a round takes nothing (every key
+    seen is at its limit, or none is left), or KEYED_ROUNDS. Fewer than `n` then means
+    the keyed jobs ran dry for now, as for any claim."""
     keyed = keyed_claims(alias)
-    if n <= 0:
-        return [], False
+    rows: list[Any] = []
+    lapsed_waiting = False
+    for _ in range(KEYED_ROUNDS):
+        wanted = n - claimed(rows)
+        if wanted <= 0:
+            break
+        resumed = keyed.after != ""
+        more, lapsed = _claim_keyed_round(queues, wanted, worker_id, alias)
+        rows += more
+        lapsed_waiting = lapsed_waiting or lapsed
+        wrapped = resumed and keyed.after == ""  # the keys before the cursor are left
+        if not claimed(more) and not wrapped:
+            break
+    return rows, lapsed_waiting
+
+
+def _claim_keyed_round(
+    queues: list[str], n: int, worker_id: str, alias: str
+) -> tuple[list[Any], bool]:
+    keyed = keyed_claims(alias)
     with transaction.atomic(using=alias):
-        params = {"queues": queues, "keys": KEYS_PER_CLAIM, "after": keyed.after}
+        db.fetchall(sql.PLAN_KEYED_CLAIM, {}, alias)
+        params = {"queues": queues, "keys": min(KEYS_PER_CLAIM, n), "after": keyed.after}
         ((pair_queues, pair_keys, last_seen, more_keys),) = db.fetchall(
             sql.LOCK_KEYS, params, alias
         )
@@ -121,9 +143,12 @@ def _claim_unkeyed(
     return taken, lapsed_waiting
 
 
-#: Most concurrency key values one keyed claim visits; the next claim goes on from the
-#: last one seen, so every key gets its turn however many there are.
+#: Most concurrency key values one keyed claim visits (and no more than the jobs it
+#: wants); the next claim goes on from the last one seen, so every key gets its turn
+#: however many there are.
 KEYS_PER_CLAIM = 64
+#: Most rounds of keys one claim goes through to fill its slots.
+KEYED_ROUNDS = 8
 #: After a keyed claim that took nothing (every key at its limit, say), the longest the
 #: next waits; from KEYED_BACKOFF_MIN_S, doubled each time. A completion of a keyed job
 #: by this process, or a claim that finds keys anew, makes it due at once.
@@ -136,7 +161,9 @@ class KeyedClaims:
     where the next keyed claim starts, and when it is due."""
 
     def __init__(self) -> None:
-        self.waiting = True  # until a claim statement says otherwise
+        # Until a claim statement says some wait: a claim where none wait stays one
+        # statement (S6).
+        self.waiting = False
         self.after = ""
         self._backoff_s = 0.0
         self._due_at = 0.0

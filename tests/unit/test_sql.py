@@ -124,6 +124,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     },
     "PRUNE_RATE_CLAIMS": {"limit": 10},
     "LIMIT_STATEMENT_TIME": {"timeout": "1500ms"},
+    "PLAN_KEYED_CLAIM": {},
     "LOCK_CURRENT_CLAIM": {"id": 1, "token": TOKEN},
     "CANCEL_JOB": {"ids": [1], **WAKE},
     "REQUEUE_DEAD_JOB": {"id": 1, **WAKE},
@@ -202,6 +203,7 @@ TABLELESS = {
     "DATABASE_CLOCK",
     "LIMIT_LOCK_WAIT",
     "LIMIT_STATEMENT_TIME",
+    "PLAN_KEYED_CLAIM",
     "TERMINATE_BACKENDS",
     "PROBE_LISTENER",
 }

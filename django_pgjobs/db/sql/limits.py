@@ -2,7 +2,8 @@
 key value, each up to its concurrency and its rate, counted inside the claim's
 transaction on the database clock.
 
-Two statements in one transaction, as for limited queues: LOCK_KEYS takes the claim
+Planned without sorts (PLAN_KEYED_CLAIM), so that every walk reads the keyed index in
+its order. Two statements in one transaction, as for limited queues: LOCK_KEYS takes the claim
 turn of some keys (claimers of one key take turns; a key another claimer holds is
 skipped, since that claimer serves it), and CLAIM_KEYED_JOBS, whose snapshot is taken
 after the turn is had, counts every claim of those keys made before it.
@@ -36,9 +37,12 @@ seen AS (
     SELECT f.queue, f.limit_key FROM found AS f WHERE f.limit_key IS NOT NULL
 ),
 runnable AS (
+    -- The key's next job in claim order (the keyed index's), if one can run now.
     SELECT s.queue, s.limit_key FROM seen AS s
-    WHERE EXISTS (SELECT 1 FROM pgjobs_job AS j
-                  WHERE j.queue = s.queue AND j.limit_key = s.limit_key AND {CLAIMABLE})
+    WHERE (SELECT j.id FROM pgjobs_job AS j
+           WHERE j.queue = s.queue AND j.limit_key = s.limit_key AND {CLAIMABLE}
+           ORDER BY j.priority DESC, j.run_after, j.id
+           LIMIT 1) IS NOT NULL
     OFFSET 0
 ),
 taken AS (
@@ -89,6 +93,8 @@ allowance AS (
     ORDER BY h.limit_key, h.priority DESC, h.run_after, h.id
 ),
 offered AS (
+    -- Each pair offers its share of the claim at most (rows it locks and the claim does
+    -- not take are let go at commit): a claim of many keys locks about what it takes.
     SELECT t.id, t.priority, t.run_after, a.limit_key, a.free, a.rated
     FROM pairs AS p
     JOIN allowance AS a ON a.limit_key = p.limit_key AND a.free > 0
@@ -96,7 +102,7 @@ offered AS (
         SELECT j.id, j.priority, j.run_after FROM pgjobs_job AS j
         WHERE j.queue = p.queue AND j.limit_key = p.limit_key AND {CLAIMABLE}
         ORDER BY j.priority DESC, j.run_after, j.id
-        LIMIT a.free
+        LIMIT least(a.free, ceil(%(limit)s::float8 / (SELECT count(*) FROM pairs))::int)
         FOR UPDATE SKIP LOCKED
     ) AS t
 ),

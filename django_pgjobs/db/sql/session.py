@@ -21,6 +21,15 @@ LIMIT_LOCK_WAIT = """
 SELECT set_config('lock_timeout', %(timeout)s, true)
 """
 
+PLAN_KEYED_CLAIM = """
+-- For the rest of this transaction, plan without sorts (the keyed claim, S34): each of
+-- its index walks then reads the keyed index in its order, whatever the statistics say
+-- of a backlog that changes by the second, never another index and a sort. And never
+-- JIT-compile: the sorts it cannot avoid (a few rows) count as disabled, a cost that
+-- would otherwise cross jit_above_cost.
+SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)
+"""
+
 LIMIT_STATEMENT_TIME = """
 -- Cancel any statement of this transaction that runs longer than %(timeout)s (a duration
 -- such as '1500ms'): a transaction-mode job's timeout (S33).
