@@ -319,8 +319,9 @@ class JobManager(models.Manager["Job"]):
         (a fence or a transaction-mode job: the lock already keeps claimers away), and
         store each claim's progress report (`progress[i]`, JSON; None: none).
 
-        Returns the handles extended, and those whose job is gone for good, with why
-        ("cancelled", "expired", a dead letter's reason): their handlers should stop.
+        Returns the handles extended, and those whose job was dead-lettered under their
+        claim, with the dead letter's reason ("cancelled", say): their handlers should
+        stop. A claim whose job is gone otherwise is neither: it lapsed (S16).
         """
         if not handles:
             return Heartbeats([], [])

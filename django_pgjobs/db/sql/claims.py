@@ -451,9 +451,10 @@ HEARTBEAT_UNLOCKED_JOBS = f"""
 -- HEARTBEAT_JOBS for the worker's background heartbeats: rows locked by a running fence
 -- or transaction-mode job are skipped (that lock already keeps every claimer away), and
 -- each claim's latest progress report (NULL: none) is stored with the time. Returns
--- every claim given: its new deadline if extended, and, if its job is gone for good
--- (cancelled, expired, dead), why: the worker tells its handler (S32, when the
--- notification was lost).
+-- every claim given: its new deadline if extended, and, if its job was dead-lettered
+-- under this claim (cancelled, say), why: the worker tells its handler (S32, when the
+-- notification was lost). A job gone otherwise (done by a newer claim after this one
+-- lapsed) is not this claim's to end: its handler runs on, fenced, and is lost (S16).
 WITH given AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(extends_s)s::float8[],
                          %(progress)s::jsonb[]) AS t(id, token, extend_s, progress)
@@ -478,8 +479,8 @@ extended AS (
 SELECT t.id, e.claimed_until,
        CASE WHEN e.id IS NOT NULL THEN NULL
             WHEN EXISTS (SELECT 1 FROM pgjobs_job AS j WHERE j.id = t.id) THEN NULL
-            ELSE coalesce((SELECT d.reason FROM pgjobs_dead AS d
-                           WHERE d.id = t.id AND d.claimed_by = t.token), 'cancelled')
+            ELSE (SELECT d.reason FROM pgjobs_dead AS d
+                  WHERE d.id = t.id AND d.claimed_by = t.token)
        END AS gone,
        {COMMIT_MODE}
 FROM given AS t
