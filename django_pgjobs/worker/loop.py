@@ -230,6 +230,7 @@ class Worker:
         services_stop = threading.Event()
         try:
             self._sync_queue_limits()
+            self.wakeup.connect()
             self.pool.start()
             for service in self.services:
                 service.start(services_stop)

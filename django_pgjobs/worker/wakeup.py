@@ -51,6 +51,11 @@ class Wakeup:
             return None
         return max(self._retry_at, now)
 
+    def connect(self) -> None:
+        """Connect the LISTEN line now, if it is wanted (before the first claim, so that
+        nothing notified after it is missed: a cancellation of a job it claims, say)."""
+        self._ensure_listener()
+
     def wake(self) -> None:
         """Wake the loop from any thread."""
         # A full pipe means the loop wakes anyway; a closed one means it is shutting down.
