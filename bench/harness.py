@@ -92,13 +92,14 @@ class Database:
 class WorkerProcess:
     """`manage.py runjobs` with the bench settings; its stderr is kept for parsing."""
 
-    def __init__(self, database: Database, *args: str) -> None:
+    def __init__(self, database: Database, *args: str, env: dict[str, str] | None = None) -> None:
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "bench.settings",
             "DATABASE_URL": database.url,
             "PYTHONPATH": str(ROOT),
             "PGAPPNAME": WORKER_APP_NAME,
+            **(env or {}),
         }
         self.log_path = Path(f"/tmp/pgjobs-bench-{uuid.uuid4().hex[:8]}.log")
         self._log = self.log_path.open("w")

@@ -17,6 +17,9 @@ INSTALLED_APPS = ["django.contrib.contenttypes", "django_pgjobs", "bench"]
 # Django's tasks framework on the queue (the tasks benchmark), with its default options.
 TASKS = {"default": {"BACKEND": "django_pgjobs.backend.PgJobsBackend"}}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# A worker started with PGJOBS_BENCH_NOTIFY=0 neither listens nor notifies (the cancel
+# benchmark's heartbeat-only case).
+PGJOBS = {"NOTIFY": os.environ.get("PGJOBS_BENCH_NOTIFY", "1") == "1"}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

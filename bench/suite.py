@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psycopg
 
+from bench import long
 from bench.harness import WORKER_APP_NAME, Database, Figure, WorkerProcess, wait_for
 
 
@@ -40,6 +41,10 @@ class Sizes:
     counts_samples: int = 50
     poison_ordinary: int = 10_000
     tasks: int = 20_000
+    cancel_rounds: int = 5
+    cancel_per_round: int = 20
+    async_jobs: int = 1000
+    keyed_jobs: int = 20_000
 
 
 SMOKE = Sizes(
@@ -58,6 +63,10 @@ SMOKE = Sizes(
     counts_samples=5,
     poison_ordinary=500,
     tasks=500,
+    cancel_rounds=1,
+    cancel_per_round=5,
+    async_jobs=100,
+    keyed_jobs=1000,
 )
 
 INSERT_NOOPS = """
@@ -702,4 +711,7 @@ BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
     "counts": counts,
     "poison": poison,
     "tasks": tasks,
+    "cancel": long.cancel,
+    "async": long.async_handlers,
+    "keyed": long.keyed,
 }
