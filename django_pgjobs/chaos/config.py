@@ -9,8 +9,8 @@ from pathlib import Path
 from django_pgjobs.chaos import invariants
 from django_pgjobs.chaos.invariants import Verdict
 
-FAULT_KINDS = ("kill", "stop", "terminate", "ghost", "poison", "restart")
-DEFAULT_FAULTS = ("kill", "stop", "terminate", "ghost", "poison")
+FAULT_KINDS = ("kill", "stop", "terminate", "ghost", "poison", "cancel", "restart")
+DEFAULT_FAULTS = ("kill", "stop", "terminate", "ghost", "poison", "cancel")
 
 
 class ChaosAborted(Exception):
@@ -28,6 +28,7 @@ class ChaosConfig:
     rate: float = 20.0  # plain jobs enqueued per second while faults go on
     keys: int = 8
     triggers: float = 4.0  # keyed triggers per second
+    limited: float = 4.0  # jobs of the rate-limited concurrency key enqueued per second
     lease: int = 4
     max_attempts: int = 6
     faults: tuple[str, ...] = DEFAULT_FAULTS
@@ -44,8 +45,8 @@ class ChaosConfig:
             problems.append("the duration must be more than 0 seconds")
         if self.workers < 1 or self.concurrency < 1:
             problems.append("there must be at least one worker of at least one thread")
-        if self.jobs < 0 or self.rate < 0 or self.keys < 0 or self.triggers < 0:
-            problems.append("jobs, rate, keys and triggers must not be negative")
+        if min(self.jobs, self.rate, self.keys, self.triggers, self.limited) < 0:
+            problems.append("jobs, rate, keys, triggers and limited must not be negative")
         if self.lease < 1 or self.max_attempts < 1:
             problems.append("the lease and max attempts must be at least 1")
         if self.fault_every <= 0 or self.drain_timeout <= 0:

@@ -55,6 +55,8 @@ def read_evidence(state: RunState) -> Evidence:
         uncertain=set(ledger.uncertain),
         uncertain_keys=set(ledger.uncertain_keys),
         worker_exits=list(ledger.worker_exits),
+        cancelled=dict(ledger.cancelled),
+        limited=set(ledger.limited),
     )
 
 

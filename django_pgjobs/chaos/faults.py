@@ -1,7 +1,8 @@
 """Inject the faults of a chaos run, each noted in the ledger with its time.
 
 The faults: `kill -9` of a worker, SIGSTOP past the lease then SIGCONT, dropped
-connections of a worker, bursts of rolled-back or poison enqueues, database restarts.
+connections of a worker, bursts of rolled-back or poison enqueues, cancellations of
+running jobs, database restarts.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class Faults:
             self._ghost_burst()
         elif kind == "poison":
             self._poison_burst()
+        elif kind == "cancel":
+            self._cancel()
         elif kind == "restart":
             self._restart_database()
         else:
@@ -131,6 +134,17 @@ class Faults:
         began = self.state.clock()
         self.load.poison_burst()
         self._record("poison", None, began)
+
+    def _cancel(self) -> None:
+        state = self.state
+        began = state.clock()
+        job_id, cancelled = state.database(self.load.cancel_running, "cancelling a job")
+        if not cancelled:
+            state.ledger.missed["cancel"] += 1
+            return
+        ended = state.clock()
+        state.ledger.cancelled[job_id] = ended
+        self._record("cancel", None, began)
 
     def _restart_database(self) -> None:
         command = self.state.config.restart_command

@@ -11,7 +11,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 #: How an execution ended, as its ledger row says.
@@ -21,9 +21,18 @@ FENCED = "fenced"  # it finished after its claim had lapsed: the fence refused i
 RETRIED = "retried"  # a deliberately flaky first attempt
 FAILED = "failed"  # a deliberately doomed job
 POISON = "poison"  # a hostile handler: it raised or returned what cannot be stored as is
+CANCELLED = "cancelled"  # its job was cancelled while it ran, and the handler heard (S32)
 
 #: Outcomes that end an execution on purpose: a run after them needs no fault to explain it.
-_DELIBERATE = frozenset({FENCED, RETRIED, FAILED, POISON})
+_DELIBERATE = frozenset({FENCED, RETRIED, FAILED, POISON, CANCELLED})
+#: The limits of the run's limited jobs (chaos.jobs.limited): concurrency, and claims per
+#: window of RATE_WINDOW.
+LIMITED_CONCURRENCY = 2
+LIMITED_RATE = 10
+RATE_WINDOW = timedelta(seconds=1)
+#: How long after a worker was killed a statement it had sent may still start on the
+#: server (a busy machine picks it up late).
+IN_FLIGHT_SLACK = timedelta(seconds=2)
 
 
 class Execution(Protocol):
@@ -59,11 +68,14 @@ class Fault:
 
     def may_explain(self, execution: Execution, rerun: Execution | None) -> bool:
         """Whether this fault can have cut `execution` short, before `rerun` was claimed."""
-        if self.kind in ("ghost", "poison"):  # faults of the load, not of a worker
+        if self.kind in ("ghost", "poison", "cancel"):  # faults of the load, not of a worker
             return False
         if self.worker is not None and self.worker != execution.worker:
             return False
-        return self.ended >= execution.started_at and (
+        # A statement the worker sent just before it died still runs and commits on the
+        # server: its start can be stamped a moment after the fault ended.
+        slack = IN_FLIGHT_SLACK if self.kind in ("kill", "terminate") else timedelta(0)
+        return self.ended + slack >= execution.started_at and (
             rerun is None or self.began <= rerun.claimed_at
         )
 
@@ -100,6 +112,10 @@ class Evidence:
     uncertain_keys: set[str] = field(default_factory=set)
     #: Workers that exited without being told to, with what they said last.
     worker_exits: list[str] = field(default_factory=list)
+    #: Jobs cancelled while they ran, with the database's time once the cancel committed.
+    cancelled: dict[int, datetime] = field(default_factory=dict)
+    #: Jobs of the run's rate-limited concurrency key.
+    limited: set[int] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +142,8 @@ def judge(evidence: Evidence) -> list[Verdict]:
         _duplicates_explained(evidence),
         _attempts(evidence),
         _poison_dead_lettered(evidence),
+        _cancellations(evidence),
+        _limits(evidence),
         _workers_survived(evidence),
     ]
 
@@ -344,6 +362,73 @@ def _poison_dead_lettered(evidence: Evidence) -> Verdict:
         "every job of a hostile handler ended dead with a readable reason (S27)",
         tuple(violations),
         len(poisoned),
+    )
+
+
+def _cancellations(evidence: Evidence) -> Verdict:
+    violations = []
+    runs_of_job = _group(evidence.executions, lambda run: run.job_id)
+    for job_id, cancelled_at in sorted(evidence.cancelled.items()):
+        job = evidence.final.get(job_id)
+        runs = runs_of_job.get(job_id, [])
+        later = [run for run in runs if run.claimed_at > cancelled_at]
+        if later:
+            violations.append(
+                f"job {job_id} was claimed again (attempt {later[0].attempt}) after its cancel"
+            )
+        if job is None or job.state not in ("dead", "done"):
+            state = job.state if job else "gone"
+            violations.append(f"job {job_id} was cancelled but ended {state}")
+        elif job.state == "dead" and job.reason != "cancelled":
+            violations.append(f"job {job_id} was cancelled but died as {job.reason!r}")
+        elif job.state == "dead" and any(run.outcome == COMMITTED for run in runs):
+            violations.append(f"job {job_id} is a cancelled dead letter but a run committed")
+    return Verdict(
+        "cancellations",
+        "a job cancelled while it ran never runs again and ends cancelled (or done, when "
+        "it completed inside its fence first) (S32)",
+        tuple(violations),
+        len(evidence.cancelled),
+    )
+
+
+def _limits(evidence: Evidence) -> Verdict:
+    """S34 and S35 on the run's limited key: committed runs held a current claim from
+    their start to their write, so at most LIMITED_CONCURRENCY of them overlap; and a run
+    is a claim, so no window of RATE_WINDOW holds more than LIMITED_RATE claims."""
+    violations = []
+    runs = [run for run in evidence.executions if run.job_id in evidence.limited]
+    spans = [
+        (run.started_at, run.written_at)
+        for run in runs
+        if run.outcome == COMMITTED and run.written_at is not None
+    ]
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    running = most = 0
+    for _, step in events:
+        running += step
+        most = max(most, running)
+    if most > LIMITED_CONCURRENCY:
+        violations.append(
+            f"{most} jobs of the limited key ran at once (limit {LIMITED_CONCURRENCY})"
+        )
+    claims = sorted({(run.claimed_at, str(run.token)) for run in runs})
+    start = 0
+    for end in range(len(claims)):
+        while claims[end][0] - claims[start][0] >= RATE_WINDOW:
+            start += 1
+        if end - start + 1 > LIMITED_RATE:
+            violations.append(
+                f"{end - start + 1} claims of the limited key within {RATE_WINDOW} "
+                f"from {claims[start][0]:%H:%M:%S.%f} (rate {LIMITED_RATE})"
+            )
+            break
+    return Verdict(
+        "limits",
+        f"the limited key never ran more than {LIMITED_CONCURRENCY} at once nor was "
+        f"claimed more than {LIMITED_RATE} times a second (S34, S35)",
+        tuple(violations),
+        len(runs),
     )
 
 

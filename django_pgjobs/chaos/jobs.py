@@ -7,18 +7,20 @@ mark. Afterwards the run can tell which claims ran, which of them took effect, a
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from django_pgjobs.chaos import poison as poisons
+from django_pgjobs.chaos.invariants import LIMITED_CONCURRENCY, LIMITED_RATE, RATE_WINDOW
 from django_pgjobs.chaos.models import ChaosExecution
 from django_pgjobs.claims import JobHandle
 from django_pgjobs.decorators import job
-from django_pgjobs.exceptions import Fail, LeaseLost, Retry
+from django_pgjobs.exceptions import Cancelled, Fail, LeaseLost, Retry
+from django_pgjobs.limits import Rate
 
 WORK_KIND = "pgjobs.chaos.work"
 KEYED_KIND = "pgjobs.chaos.keyed"
 POISON_KIND = "pgjobs.chaos.poison"
+LIMITED_KIND = "pgjobs.chaos.limited"
 #: Short retries, so that a run drains soon after its last fault.
 BACKOFF = (1, 2)
 #: How soon a deliberately flaky job asks to run again.
@@ -47,6 +49,19 @@ def keyed(
     return _execute(ctx, run=run, version=v, sleep=sleep, ghost=ghost)
 
 
+@job(
+    name=LIMITED_KIND,
+    backoff=BACKOFF,
+    concurrency_key=lambda payload: f"chaos-limited:{payload['run']}",
+    concurrency=LIMITED_CONCURRENCY,
+    rate=Rate(LIMITED_RATE, RATE_WINDOW.total_seconds()),
+)
+def limited(ctx: JobHandle, run: str, sleep: float = 0.0, ghost: bool = False) -> dict[str, Any]:
+    """A job of the run's one concurrency key: at most LIMITED_CONCURRENCY of them run at
+    once, and LIMITED_RATE of them are claimed per second, over every worker."""
+    return _execute(ctx, run=run, version=0, sleep=sleep, ghost=ghost)
+
+
 @job(name=POISON_KIND, backoff=BACKOFF)
 def poison(ctx: JobHandle, run: str, how: str, ghost: bool = False) -> Any:
     """A hostile handler (S27): records its start, then raises or returns the poison
@@ -69,7 +84,11 @@ def _execute(
 ) -> dict[str, Any]:
     ledger = ChaosExecution.objects
     execution = ledger.record_start(ctx, run_id=run, version=version, ghost=ghost)
-    time.sleep(sleep)
+    try:
+        ctx.sleep(sleep)  # the job's work: a cancel cuts it short (S32)
+    except Cancelled:
+        ledger.record_outcome(execution, "cancelled", wrote=False)
+        raise
     if doomed:
         ledger.record_outcome(execution, "failed", wrote=False)
         raise Fail("chaos: a doomed job")

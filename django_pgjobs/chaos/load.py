@@ -12,7 +12,7 @@ from typing import Any
 from django.db import InterfaceError, OperationalError, transaction
 
 from django_pgjobs.chaos import poison
-from django_pgjobs.chaos.jobs import KEYED_KIND, POISON_KIND, WORK_KIND
+from django_pgjobs.chaos.jobs import KEYED_KIND, LIMITED_KIND, POISON_KIND, WORK_KIND
 from django_pgjobs.chaos.models import ChaosExecution
 from django_pgjobs.chaos.state import RunState
 from django_pgjobs.models import Job
@@ -81,6 +81,44 @@ class Load:
                 ledger.committed.update(dict.fromkeys(ids))
             else:
                 ledger.uncertain.update(ids)
+
+    def enqueue_limited(self, count: int) -> None:
+        """Enqueue `count` jobs of the run's rate-limited concurrency key (S34, S35)."""
+        state = self.state
+        jobs = [
+            {
+                "kind": LIMITED_KIND,
+                "payload": {"run": state.run_id, "sleep": round(state.random.uniform(0, 0.3), 3)},
+                **self.options(),
+            }
+            for _ in range(count)
+        ]
+
+        def write(ids: list[int]) -> None:
+            ids += [result.id for result in Job.objects.enqueue_many(jobs, using=state.alias)]
+
+        ids, committed = self._write(write)
+        state.ledger.limited.update(ids)
+        if committed:
+            state.ledger.committed.update(dict.fromkeys(ids))
+        else:
+            state.ledger.uncertain.update(ids)
+
+    def cancel_running(self) -> tuple[int, int]:
+        """Cancel one running job of the run without a key (S32; a keyed job's pending
+        trigger would go with it, which the keys invariant does not allow for); return
+        (its id, how many the cancel moved or told: 0 when it finished first), or (0, 0)
+        when none runs."""
+        state = self.state
+        running = list(
+            Job.objects.using(state.alias)
+            .filter(queue=state.queue, state="running", key__isnull=True)
+            .values_list("id", flat=True)[:50]
+        )
+        if not running:
+            return 0, 0
+        job_id = state.random.choice(running)
+        return job_id, Job.objects.cancel_many([job_id], using=state.alias)
 
     def key(self, index: int) -> str:
         """The key of the run's `index`th keyed job."""

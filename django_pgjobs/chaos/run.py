@@ -170,12 +170,16 @@ class ChaosRun:
         deadline = began + config.duration
         next_fault = began + self.faults.gap()
         next_progress = began
-        owed_plain = owed_triggers = 0.0
+        owed_plain = owed_triggers = owed_limited = 0.0
         last = began
         while (now := time.monotonic()) < deadline:
             owed_plain += (now - last) * config.rate
             owed_triggers += (now - last) * config.triggers if config.keys else 0.0
+            owed_limited += (now - last) * config.limited
             last = now
+            if owed_limited >= 1:
+                self.load.enqueue_limited(int(owed_limited))
+                owed_limited -= int(owed_limited)
             if owed_plain >= 1:
                 self.load.enqueue_plain(int(owed_plain))
                 owed_plain -= int(owed_plain)

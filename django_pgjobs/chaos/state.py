@@ -38,6 +38,10 @@ class Ledger:
     triggers: int = 0
     skipped_busy: int = 0  # triggers given up: their key's job was locked too long
     faults: list[Fault] = field(default_factory=list)
+    #: Jobs the run cancelled while they ran, with the database's time after the cancel.
+    cancelled: dict[int, datetime] = field(default_factory=dict)
+    #: Jobs of the run's rate-limited concurrency key.
+    limited: set[int] = field(default_factory=set)
     missed: Counter[str] = field(default_factory=Counter)
     worker_exits: list[str] = field(default_factory=list)
 

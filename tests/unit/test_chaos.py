@@ -213,6 +213,35 @@ class TestInvariants:
         found.final[2] = FinalJob(2, None, "dead", reason="max attempts exceeded")
         assert "at-least-once within the lease" in broken(found)
 
+    def test_s32_a_cancelled_job_ends_cancelled_and_never_runs_again(self) -> None:
+        heard = Run(1, claimed=0, written=None, outcome="cancelled")
+        found = evidence(heard, cancelled={1: at(0.5)})
+        found.final[1] = FinalJob(1, None, "dead", reason="cancelled")
+        assert broken(found) == {}
+        # Its completion inside the fence came first: it stands.
+        finished = Run(2, claimed=0, written=0.6)
+        assert broken(evidence(finished, cancelled={2: at(0.5)})) == {}
+        again = Run(1, attempt=2, claimed=3, written=4, worker="w2")
+        found = evidence(heard, again, cancelled={1: at(0.5)})
+        found.final[1] = done(again)
+        violations = broken(found)["cancellations"]
+        assert any("claimed again (attempt 2) after its cancel" in v for v in violations)
+        found = evidence(heard, cancelled={1: at(0.5)})
+        found.final[1] = FinalJob(1, None, "dead", reason="max attempts exceeded")
+        assert "died as 'max attempts exceeded'" in broken(found)["cancellations"][0]
+        found.final[1] = FinalJob(1, None, "pending")
+        assert any("ended pending" in v for v in broken(found)["cancellations"])
+
+    def test_s34_s35_the_limited_key_over_its_concurrency_or_rate_is_caught(self) -> None:
+        runs = [Run(n, claimed=n * 0.2, written=n * 0.2 + 0.3) for n in range(1, 9)]
+        assert broken(evidence(*runs, limited={run.job_id for run in runs})) == {}
+        crowded = [Run(10 + n, claimed=n * 0.01, written=1.0) for n in range(3)]
+        found = evidence(*crowded, limited={run.job_id for run in crowded})
+        assert "3 jobs of the limited key ran at once" in broken(found)["limits"][0]
+        fast = [Run(20 + n, claimed=n * 0.05, written=n * 0.05 + 0.01) for n in range(11)]
+        found = evidence(*fast, limited={run.job_id for run in fast})
+        assert "11 claims of the limited key" in broken(found)["limits"][0]
+
     def test_a_worker_that_exited_by_itself_fails_the_run(self) -> None:
         found = evidence(Run(1), worker_exits=["w1 exited by itself with status 1"])
         assert broken(found) == {"workers survive faults": ("w1 exited by itself with status 1",)}

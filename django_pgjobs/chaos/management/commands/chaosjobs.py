@@ -120,6 +120,13 @@ class Command(BaseCommand):
             help=f"Keys re-triggered while their job runs (default {defaults.keys}).",
         )
         parser.add_argument(
+            "--limited",
+            type=float,
+            default=defaults.limited,
+            help="Jobs of a concurrency key limited to 2 at once and 10 claims a second, "
+            f"enqueued per second (default {defaults.limited:g}; 0: none).",
+        )
+        parser.add_argument(
             "--lease",
             type=positive_int,
             default=defaults.lease,
@@ -171,6 +178,7 @@ class Command(BaseCommand):
                 jobs=options["jobs"],
                 rate=options["rate"],
                 keys=options["keys"],
+                limited=options["limited"],
                 lease=options["lease"],
                 faults=faults,
                 fault_every=options["fault_every"],
