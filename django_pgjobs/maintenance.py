@@ -1,4 +1,5 @@
-"""The sweeper (DESIGN S24): expiry, lapsed claims and retention, in bounded batches.
+"""The sweeper (DESIGN S24): expiry, lapsed claims and retention (of done jobs, dead
+letters, per-minute stats and rate-limit claims), in bounded batches.
 
 `Sweeper().run_once()` is what `manage.py sweepjobs` and every worker's loop call. Each
 batch is one short statement that skips rows other transactions hold, so any number of
@@ -17,7 +18,7 @@ from dataclasses import dataclass, fields
 from django.db import transaction
 
 from django_pgjobs.conf import pgjobs_settings
-from django_pgjobs.models import DeadJob, Job, JobStats
+from django_pgjobs.models import DeadJob, Job, JobStats, QueueControl
 
 logger = logging.getLogger("django_pgjobs.maintenance")
 
@@ -102,6 +103,9 @@ class Sweeper:
         def prune_stats() -> int:
             return JobStats.objects.prune(limit, using=using)
 
+        def prune_rate_claims() -> int:
+            return QueueControl.objects.prune_rate_claims(limit, using=using)
+
         def prune_dead_of(queue: str, retention_s: int) -> Callable[[], int]:
             return lambda: DeadJob.objects.prune_in_queues([queue], retention_s, limit, using=using)
 
@@ -117,6 +121,7 @@ class Sweeper:
             (None, rescue_lapsed),
             ("done_pruned", prune_done),
             (None, prune_stats),
+            (None, prune_rate_claims),
         ]
         for queue in configured:
             retention = pgjobs_settings.queue_options(queue).dead_retention_s

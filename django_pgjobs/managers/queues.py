@@ -96,6 +96,11 @@ class QueueControlManager(models.Manager["QueueControl"]):
         forget_limits()
         return changed
 
+    def prune_rate_claims(self, limit: int, *, using: str | None = None) -> int:
+        """Delete up to `limit` rate-limit claims older than any rate period (S35): the
+        claims prune their own scope's, this the rest (scopes no longer claimed)."""
+        return db.rowcount(sql.PRUNE_RATE_CLAIMS, {"limit": limit}, using)
+
     def sync_settings(self, *, using: str | None = None) -> None:
         """Apply the limits of PGJOBS['QUEUES'] (as every worker does when it starts)."""
         configured = pgjobs_settings.queue_limits()

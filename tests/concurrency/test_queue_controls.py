@@ -159,12 +159,14 @@ class TestJobsctl:
         Job.objects.claim_one("reports", "w")
         self.run("pause", "mail")
         self.run("limit", "reports", "4")
+        self.run("rate", "mail", "100/m")
         lines = self.run("status").splitlines()
         assert lines[0].split() == [
             "queue",
             "runnable",
             "scheduled",
             "running",
+            "rate",
             "paused",
             "dead",
             "oldest",
@@ -172,7 +174,7 @@ class TestJobsctl:
         ]
         mail = next(line for line in lines if line.startswith("mail"))
         reports = next(line for line in lines if line.startswith("reports"))
-        assert mail.split()[:5] == ["mail", "1", "1", "0", "yes"]
+        assert mail.split()[:6] == ["mail", "1", "1", "0", "100/m", "yes"]
         assert reports.split()[:6] == ["reports", "0", "0", "1", "of", "4"]
 
     def test_pause_resume_and_limit_report_what_they_did(self) -> None:
@@ -184,6 +186,11 @@ class TestJobsctl:
         assert "(already so)" in self.run("limit", "mail", "5")
         assert "no limit" in self.run("limit", "mail", "none")
         assert QueueControl.objects.get(name="mail").max_running is None
+        assert "at most 10/s claims." in self.run("rate", "mail", "10/s")
+        assert "(already so)" in self.run("rate", "mail", "10/s")
+        assert QueueControl.objects.get(name="mail").rate_limit == 10
+        assert "no rate." in self.run("rate", "mail", "none")
+        assert QueueControl.objects.get(name="mail").rate_limit is None
 
     def test_bad_arguments_are_specific_errors(self) -> None:
         with pytest.raises(CommandError, match="not a limit"):
@@ -195,4 +202,8 @@ class TestJobsctl:
             pytest.raises(CommandError, match="change it there"),
         ):
             self.run("limit", "mail", "3")
+        with pytest.raises(CommandError, match="rate must look like '100/m'"):
+            self.run("rate", "mail", "fast")
+        with pytest.raises(CommandError, match="the count must be 1"):
+            self.run("rate", "mail", "0/s")
         assert QueueControl.objects.count() == 0

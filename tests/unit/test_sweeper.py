@@ -96,3 +96,13 @@ def test_s24_sweeps_are_batched_and_idempotent() -> None:
     assert first.expired == 25
     assert Sweeper(batch_size=10).run_once().total == 0
     assert count("pgjobs_dead", "id = ANY(%s)", [ids]) == 25
+
+
+def test_s24_the_sweeper_prunes_rate_claims_older_than_a_day_and_keeps_younger_ones() -> None:
+    execute(
+        "INSERT INTO pgjobs_rate_claim (scope, at)"
+        " SELECT 'key:gone', now() - interval '1 day 1 minute' FROM generate_series(1, 25)"
+    )
+    execute("INSERT INTO pgjobs_rate_claim (scope, at) VALUES ('key:live', now() - interval '1 h')")
+    Sweeper(batch_size=10).run_once()  # three batches: 10, 10, 5
+    assert execute("SELECT scope FROM pgjobs_rate_claim") == [("key:live",)]

@@ -5,6 +5,8 @@ python manage.py jobsctl pause emails         # no worker claims its jobs
 python manage.py jobsctl resume emails        # and wake the workers at once
 python manage.py jobsctl limit emails 5       # at most 5 running, across every worker
 python manage.py jobsctl limit emails none    # no limit
+python manage.py jobsctl rate emails 100/m    # at most 100 claims a minute, across every worker
+python manage.py jobsctl rate emails none     # no rate
 python manage.py jobsctl schedules            # every schedule, its next and last run
 """
 
@@ -34,7 +36,7 @@ def _limit(text: str) -> int | None:
 
 
 class Command(BaseCommand):
-    help = "Show queues and schedules; pause, resume or limit queues."
+    help = "Show queues and schedules; pause, resume, limit or rate-limit queues."
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -48,6 +50,11 @@ class Command(BaseCommand):
         )
         limit.add_argument("queue", metavar="QUEUE")
         limit.add_argument("max_running", metavar="N|none")
+        rate = actions.add_parser(
+            "rate", help="Cap a queue's claims per period across every worker (none: no cap)."
+        )
+        rate.add_argument("queue", metavar="QUEUE")
+        rate.add_argument("rate", metavar="N/PERIOD|none", help="100/m, 5/s, 1000/h, 3/10s")
         actions.add_parser("schedules", help="Every schedule: next run, last run, last job.")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -61,6 +68,8 @@ class Command(BaseCommand):
                 self._resume(options["queues"])
             elif action == "limit":
                 self._set_limit(options["queue"], _limit(options["max_running"]))
+            elif action == "rate":
+                self._set_rate(options["queue"], options["rate"])
             else:
                 self._schedules()
         except (InvalidJobOption, ValueError) as error:
@@ -79,13 +88,23 @@ class Command(BaseCommand):
                 labels.count(status.runnable),
                 labels.count(status.scheduled),
                 labels.running_of_limit(status.running, status.max_running),
+                status.rate or "",
                 "yes" if status.paused else "",
                 labels.count(status.dead),
                 labels.age(status.oldest_runnable_s),
             )
             for status in QueueControl.objects.status()
         ]
-        header = ("queue", "runnable", "scheduled", "running", "paused", "dead", "oldest runnable")
+        header = (
+            "queue",
+            "runnable",
+            "scheduled",
+            "running",
+            "rate",
+            "paused",
+            "dead",
+            "oldest runnable",
+        )
         if not rows:
             self.stdout.write("No queues yet: no job, no dead letter, no control.")
             return
@@ -108,6 +127,12 @@ class Command(BaseCommand):
     def _set_limit(self, queue: str, max_running: int | None) -> None:
         changed = QueueControl.objects.set_limit(queue, max_running)
         what = "no limit" if max_running is None else f"at most {max_running} running"
+        self.stdout.write(f"{queue}: {what}" + ("." if changed else " (already so)."))
+
+    def _set_rate(self, queue: str, text: str) -> None:
+        rate = None if text.lower() in ("none", "off") else text
+        changed = QueueControl.objects.set_rate(queue, rate)
+        what = "no rate" if rate is None else f"at most {rate} claims"
         self.stdout.write(f"{queue}: {what}" + ("." if changed else " (already so)."))
 
     def _schedules(self) -> None:
