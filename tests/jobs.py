@@ -103,6 +103,14 @@ def keyed(ctx: JobHandle, account: int, version: int) -> None:
     _note(ctx, f"{account}:{version}")
 
 
+@job(name="tests.self_renewing", atomic=True, key=lambda payload: "self-renewing")
+def self_renewing(ctx: JobHandle, left: int) -> None:
+    """Enqueue its own next run, under its key, while it runs: a trigger on itself."""
+    _note(ctx, str(left))
+    if left > 0:
+        self_renewing.enqueue(left=left - 1)
+
+
 @job(name="tests.slow_first")
 def slow_first(ctx: JobHandle, seconds: float) -> None:
     """Record, then take `seconds` on the first attempt only (long enough to be killed)."""

@@ -408,12 +408,17 @@ class Worker:
                 self.pacing.ran(outcome.duration)
             self.completer.take(outcome)
         # The handler's own transaction saved these (a fence, transaction mode).
-        run_after_recorded(
+        recorded = [
             o.handle
             for o in finished
             if o.verdict is Verdict.RECORDED
             or (o.verdict is Verdict.CANCELLED and o.handle.finished)
-        )
+        ]
+        run_after_recorded(recorded)
+        if recorded:
+            # As after a flush: that transaction may have promoted a key's trigger (a
+            # job that enqueued its own next run, say), which a burst must not leave.
+            self.pacing.look_again()
         self.stats.in_flight = len(self.leases)
 
     def _look_after(self, now: float) -> None:

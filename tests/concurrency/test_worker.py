@@ -85,6 +85,14 @@ class TestOutcomes:
         assert sorted(int(r[0]) for r in notes()) == sorted(ids)
         assert (worker.stats.claimed, worker.stats.succeeded) == (30, 30)
 
+    def test_a_burst_runs_the_next_run_a_transaction_mode_job_left_under_its_key(self) -> None:
+        # No notification and no poll to find it: the recorded outcome itself says look.
+        jobs.self_renewing.enqueue(left=3)
+        worker = Worker(burst=True, sweep_interval=0, poll_interval=3600, listen=False)
+        assert worker.run() == 0
+        assert sorted(text for _, text, _ in notes()) == ["0", "1", "2", "3"]
+        assert count() == 0
+
     def test_plain_async_and_retained_results(self) -> None:
         plain = jobs.plain.using(result_retention=60).enqueue(value=21).id
         asynchronous = jobs.async_double.using(result_retention=60).enqueue(value=5).id
