@@ -3,7 +3,8 @@ values: "≈ 1,000", "3 min", "3 of 5", "in 4 min"."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django_pgjobs.records import Count
 
@@ -29,6 +30,28 @@ def age(seconds: float | None) -> str:
 def running_of_limit(running: Count | int, max_running: int | None) -> str:
     """A queue's running jobs, and its limit if it has one: "3 of 5", or "3"."""
     return f"{count(running)} of {max_running}" if max_running else count(running)
+
+
+def progress(report: Any, now: datetime | None = None) -> str:
+    """A progress report as one line: "40% embedding (3 s ago)"; "-" for none. Any JSON
+    (a row edited by hand) reads as what can be made of it, never an error."""
+    if not isinstance(report, dict):
+        return "-"
+    parts = []
+    fraction = report.get("fraction")
+    if isinstance(fraction, int | float) and not isinstance(fraction, bool) and 0 <= fraction <= 1:
+        parts.append(f"{fraction:.0%}")
+    message = report.get("message")
+    if isinstance(message, str) and message:
+        parts.append(" ".join(message.split())[:60])
+    at = report.get("at")
+    if now is not None and isinstance(at, str):
+        try:
+            made = datetime.fromisoformat(at)
+            parts.append(f"({ago(made - now)})")
+        except (ValueError, TypeError, OverflowError):  # not a time, one without a zone
+            pass
+    return " ".join(parts) or "-"
 
 
 def ago(delta: timedelta | None) -> str:

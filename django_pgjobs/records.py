@@ -108,6 +108,24 @@ class JobRecord:
 _RECORD_FIELDS = tuple(f.name for f in fields(JobRecord))
 
 
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job running now, as `jobsctl running` shows it."""
+
+    id: int
+    queue: str
+    kind: str
+    worker_id: str | None
+    attempt: int
+    max_attempts: int
+    #: Seconds since its handler started (its claim, before that), on the database clock.
+    running_s: float
+    #: The handler's latest report: {"fraction", "message", "data", "at"} (None: none).
+    progress: dict[str, Any] | None
+    #: The database's clock when this was read (progress reports are dated by it).
+    read_at: datetime
+
+
 class Heartbeats(NamedTuple):
     """What a background heartbeat found: the claims extended, and the claims whose job
     is gone for good, each with why (their handlers are told, S32)."""

@@ -30,13 +30,14 @@ from django_pgjobs.records import (
     JobRecord,
     QueueOverview,
     RescueResult,
+    RunningJob,
 )
 
 if TYPE_CHECKING:
     from django_pgjobs.models import Job  # noqa: F401
 
 #: The jsonb columns of a job, which a raw statement reads as text.
-JSON_COLUMNS = ("payload", "result", "errors", "rerun_payload")
+JSON_COLUMNS = ("payload", "result", "errors", "rerun_payload", "progress")
 
 #: Advisory lock key of the sweeper: "pgjobs" as a number, so other locks rarely clash.
 SWEEP_LOCK_ID = int.from_bytes(b"pgjobsSW", "big") & 0x7FFF_FFFF_FFFF_FFFF
@@ -412,6 +413,28 @@ class JobManager(models.Manager["Job"]):
         if dead is not None:
             return JobRecord.of({**dead, "state": "dead"})
         return None
+
+    def running(
+        self, queues: Sequence[str] | None = None, *, limit: int = 50, using: str | None = None
+    ) -> list[RunningJob]:
+        """Up to `limit` running jobs of `queues` (None: every queue), the longest
+        running first, with their progress."""
+        names = None if queues is None else options.validate_queue_names(queues)
+        params = {"queues": names, "limit": limit}
+        return [
+            RunningJob(
+                id=row["id"],
+                queue=row["queue"],
+                kind=row["kind"],
+                worker_id=row["worker_id"],
+                attempt=row["attempts"],
+                max_attempts=row["max_attempts"],
+                running_s=row["running_s"],
+                progress=db.json_value(row["progress"]),
+                read_at=row["now"],
+            )
+            for row in db.fetch_named(sql.RUNNING_JOBS, params, using)
+        ]
 
     def get_jobs(self, job_ids: Sequence[int], *, using: str | None = None) -> dict[int, JobRecord]:
         """Read many jobs from the live and the dead table in one statement (S19): those

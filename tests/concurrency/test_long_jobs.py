@@ -262,6 +262,48 @@ class TestProgress:
             "a quarter",
             {"rows": 10},
         )
+        assert Job.objects.get_jobs([job_id])[job_id].progress == stored
+
+    def test_jobsctl_running_shows_each_running_job_with_its_progress(self) -> None:
+        from io import StringIO
+
+        from django.core.management import call_command
+
+        def jobsctl(*args: str) -> list[str]:
+            out = StringIO()
+            call_command("jobsctl", "running", *args, stdout=out)
+            return out.getvalue().splitlines()
+
+        assert jobsctl() == ["No job is running."]
+        first, second = (jobs.record.enqueue().id for _ in range(2))
+        jobs.record.using(queue="other").enqueue()
+        reporting = Job.objects.claim_one("default", "w-1")
+        Job.objects.claim_one("default", "w-2")
+        assert reporting is not None and reporting.id == first
+        reporting.progress(0.4, "embedding   chunks\n", rows=4)
+        lines = jobsctl("default")
+        assert lines[0].split()[:6] == ["id", "queue", "kind", "worker", "attempt", "running"]
+        rows = {line.split()[0]: line for line in lines[2:]}
+        assert set(rows) == {str(first), str(second)}  # the other queue's job is not running
+        assert "w-1" in rows[str(first)] and "1/10" in rows[str(first)]
+        assert rows[str(first)].rstrip().endswith("40% embedding chunks (0 s ago)")
+        assert rows[str(second)].rstrip().endswith(" -")
+        assert jobsctl("--limit", "1")[-1] == "(the first 1; --limit N shows more)"
+        assert jobsctl("nosuch") == ["No job is running in nosuch."]
+
+    def test_jobsctl_cancel_dead_letters_pending_and_running_jobs_by_id(self) -> None:
+        from io import StringIO
+
+        from django.core.management import call_command
+
+        pending, running = (jobs.record.enqueue().id for _ in range(2))
+        execute("UPDATE pgjobs_job SET priority = 5 WHERE id = %s", [running])
+        assert Job.objects.claim_one("default", "w").id == running
+        out = StringIO()
+        call_command("jobsctl", "cancel", str(pending), str(running), "999999999", stdout=out)
+        assert out.getvalue().startswith("Cancelled 2 of 3 job(s)")
+        assert "not pending or running" in out.getvalue()
+        assert dead_row(pending, "reason") == dead_row(running, "reason") == ("cancelled",)
 
 
 class TestAsyncHandlers:

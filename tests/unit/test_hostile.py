@@ -17,7 +17,7 @@ from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_pgjobs import exceptions
+from django_pgjobs import exceptions, labels
 from django_pgjobs.models import Job
 from django_pgjobs.options import CONFLICT_MODES, KEY_MAX_BYTES, MAX_DURATION_S
 from django_pgjobs.payloads import PAYLOAD_INT_MAX_DIGITS, PAYLOAD_MAX_DEPTH
@@ -454,3 +454,28 @@ def test_helpers_taking_a_statement_are_only_given_constants() -> None:
             if isinstance(argument, ast.Name):
                 continue  # a local or a parameter: checked by the test above
             assert _is_constant_sql(argument), f"{path.name}:{node.lineno}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    report=values
+    | st.fixed_dictionaries(
+        {},
+        optional={
+            "fraction": values,
+            "message": values,
+            "data": values,
+            "at": odd_text
+            | st.datetimes().map(datetime.isoformat)
+            | st.datetimes(timezones=st.just(UTC)).map(datetime.isoformat),
+        },
+    ),
+    now=st.none() | st.datetimes(timezones=st.just(UTC)),
+)
+def test_a_progress_report_of_any_json_reads_as_a_line_never_an_error(
+    report: Any, now: datetime | None
+) -> None:
+    """A row edited by hand may hold any JSON as progress: jobsctl shows what it can."""
+    line = labels.progress(report, now)
+    assert isinstance(line, str) and line and "\n" not in line
+    assert len(line) <= 100

@@ -125,6 +125,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "PRUNE_RATE_CLAIMS": {"limit": 10},
     "LIMIT_STATEMENT_TIME": {"timeout": "1500ms"},
     "PLAN_KEYED_CLAIM": {},
+    "RUNNING_JOBS": {"queues": ["default"], "limit": 50},
     "LOCK_CURRENT_CLAIM": {"id": 1, "token": TOKEN},
     "CANCEL_JOB": {"ids": [1], **WAKE},
     "REQUEUE_DEAD_JOB": {"id": 1, **WAKE},

@@ -150,6 +150,18 @@ _TELL_CANCELLED = """told AS (
     WHERE %(notify)s
 )"""
 
+RUNNING_JOBS = """
+-- Up to %(limit)s running jobs (of %(queues)s; NULL: every queue), the longest running
+-- first, with how long each has run and the database's clock to date its progress by.
+SELECT id, queue, kind, worker_id, attempts, max_attempts,
+       extract(epoch FROM now() - coalesce(started_at, claimed_at))::float8 AS running_s,
+       progress, now() AS now
+FROM pgjobs_job
+WHERE state = 'running' AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+ORDER BY coalesce(started_at, claimed_at), id
+LIMIT %(limit)s
+"""
+
 CANCEL_JOB = f"""
 -- Delete a pending or running job (S18); a running handler is told (S32) and its later
 -- writes are refused. Returns the jobs deleted, and those told only (a transaction holds

@@ -7,6 +7,8 @@ python manage.py jobsctl limit emails 5       # at most 5 running, across every 
 python manage.py jobsctl limit emails none    # no limit
 python manage.py jobsctl rate emails 100/m    # at most 100 claims a minute, across every worker
 python manage.py jobsctl rate emails none     # no rate
+python manage.py jobsctl running              # the running jobs: worker, for how long, progress
+python manage.py jobsctl cancel 12 13         # dead-letter them as cancelled; handlers told
 python manage.py jobsctl schedules            # every schedule, its next and last run
 """
 
@@ -22,7 +24,7 @@ from django.db import DatabaseError
 from django_pgjobs import labels
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.exceptions import InvalidJobOption
-from django_pgjobs.models import QueueControl, Schedule
+from django_pgjobs.models import Job, QueueControl, Schedule
 
 
 def _limit(text: str) -> int | None:
@@ -55,6 +57,15 @@ class Command(BaseCommand):
         )
         rate.add_argument("queue", metavar="QUEUE")
         rate.add_argument("rate", metavar="N/PERIOD|none", help="100/m, 5/s, 1000/h, 3/10s")
+        running = actions.add_parser(
+            "running", help="The running jobs, longest first: worker, time, progress."
+        )
+        running.add_argument("queues", nargs="*", metavar="QUEUE", help="only these queues")
+        running.add_argument("--limit", type=int, default=50, help="show at most N (50)")
+        cancel = actions.add_parser(
+            "cancel", help="Cancel jobs by id: dead-lettered (requeueable), running handlers told."
+        )
+        cancel.add_argument("ids", nargs="+", type=int, metavar="ID")
         actions.add_parser("schedules", help="Every schedule: next run, last run, last job.")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -68,6 +79,10 @@ class Command(BaseCommand):
                 self._resume(options["queues"])
             elif action == "limit":
                 self._set_limit(options["queue"], _limit(options["max_running"]))
+            elif action == "running":
+                self._running(options["queues"] or None, options["limit"])
+            elif action == "cancel":
+                self._cancel(options["ids"])
             elif action == "rate":
                 self._set_rate(options["queue"], options["rate"])
             else:
@@ -109,6 +124,42 @@ class Command(BaseCommand):
             self.stdout.write("No queues yet: no job, no dead letter, no control.")
             return
         self._table(header, rows)
+
+    def _running(self, queues: list[str] | None, limit: int) -> None:
+        if limit < 1:
+            raise CommandError(f"--limit must be 1 or more, not {limit}.")
+        jobs = Job.objects.running(queues, limit=limit)
+        if not jobs:
+            self.stdout.write(
+                "No job is running" + (f" in {', '.join(queues)}." if queues else ".")
+            )
+            return
+        header = ("id", "queue", "kind", "worker", "attempt", "running for", "progress")
+        rows = [
+            (
+                str(job.id),
+                job.queue,
+                job.kind,
+                job.worker_id or "-",
+                f"{job.attempt}/{job.max_attempts}",
+                labels.age(job.running_s),
+                labels.progress(job.progress, job.read_at),
+            )
+            for job in jobs
+        ]
+        self._table(header, rows)
+        if len(jobs) == limit:
+            self.stdout.write(f"(the first {limit}; --limit N shows more)")
+
+    def _cancel(self, ids: list[int]) -> None:
+        wanted = sorted(set(ids))
+        cancelled = Job.objects.cancel_many(wanted)
+        self.stdout.write(
+            f"Cancelled {cancelled} of {len(wanted)} job(s): dead-lettered as 'cancelled' "
+            "(requeue them from the dead letters); running handlers are told to stop."
+        )
+        if cancelled < len(wanted):
+            self.stdout.write("The others were not pending or running (done, dead or no such id).")
 
     def _pause(self, queues: list[str]) -> None:
         paused = QueueControl.objects.pause(queues)
