@@ -36,20 +36,37 @@ DEFAULT_RUN_AS = "nobody"
 def database_settings(url: str) -> dict[str, Any]:
     """Return a Django DATABASES entry for a `postgresql://user:pass@host:port/name` URL.
 
-    Query parameters become connection OPTIONS (e.g. `?sslmode=require`).
+    Query parameters become connection OPTIONS (e.g. `?sslmode=require`). Several hosts,
+    as libpq takes them (`postgresql://u@h1:5432,h2:5433/db?target_session_attrs=read-write`),
+    become comma-separated HOST and PORT, which libpq tries in turn.
     """
     parts = urlsplit(url)
     if parts.scheme not in ("postgres", "postgresql", "pgsql"):
         raise ValueError(f"DATABASE_URL must be a postgresql:// URL, not {url!r}.")
+    userinfo, _, hostinfo = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    hosts, ports = zip(*(_host_and_port(entry, url) for entry in hostinfo.split(",")), strict=True)
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": unquote(parts.path.lstrip("/")) or "postgres",
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": unquote(parts.hostname or ""),
-        "PORT": str(parts.port or ""),
+        "USER": unquote(user),
+        "PASSWORD": unquote(password),
+        "HOST": ",".join(hosts),
+        "PORT": ",".join(ports) if any(ports) else "",
         "OPTIONS": dict(parse_qsl(parts.query)),
     }
+
+
+def _host_and_port(entry: str, url: str) -> tuple[str, str]:
+    """One `host[:port]` of a URL's host list ("[::1]:5432" too)."""
+    if entry.startswith("["):
+        host, _, rest = entry[1:].partition("]")
+        port = rest.removeprefix(":")
+    else:
+        host, _, port = entry.partition(":")
+    if port and not port.isdecimal():
+        raise ValueError(f"DATABASE_URL has a port that is no number ({port!r}): {url!r}.")
+    return unquote(host), port
 
 
 def _wheel_dir() -> Path:

@@ -112,6 +112,23 @@ def test_database_settings_from_url() -> None:
         database_settings("mysql://localhost/db")
 
 
+def test_database_settings_from_a_url_of_several_hosts_as_libpq_takes_them() -> None:
+    parsed = database_settings(
+        "postgresql://postgres@10.0.0.1:5433,[::1]:5434/jobs?target_session_attrs=read-write"
+    )
+    assert (parsed["HOST"], parsed["PORT"], parsed["USER"], parsed["NAME"]) == (
+        "10.0.0.1,::1",
+        "5433,5434",
+        "postgres",
+        "jobs",
+    )
+    assert parsed["OPTIONS"] == {"target_session_attrs": "read-write"}
+    assert database_settings("postgresql://a,b/db")["HOST"] == "a,b"
+    assert database_settings("postgresql://a,b/db")["PORT"] == ""
+    with pytest.raises(ValueError, match="no number"):
+        database_settings("postgresql://a:5432,b:x/db")
+
+
 @pytest.mark.django_db
 def test_a_runjobs_command_of_another_app_listed_first_is_reported() -> None:
     pytest.importorskip("django_extensions")
