@@ -111,6 +111,14 @@ def self_renewing(ctx: JobHandle, left: int) -> None:
         self_renewing.enqueue(left=left - 1)
 
 
+@job(name="tests.failover_effect", queue="failover", atomic=True, lease=5, max_attempts=50,
+     backoff=(1, 2))  # fmt: skip
+def failover_effect(ctx: JobHandle, n: int, pause: float = 0.02) -> None:
+    """Transaction mode: its note (text n) and its completion commit together (S36)."""
+    time.sleep(pause)
+    _note(ctx, str(n))
+
+
 @job(name="tests.slow_first")
 def slow_first(ctx: JobHandle, seconds: float) -> None:
     """Record, then take `seconds` on the first attempt only (long enough to be killed)."""

@@ -81,5 +81,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_pgjobs": {"handlers": ["console"], "level": "WARNING"}},
+    "loggers": {
+        "django_pgjobs": {
+            "handlers": ["console"],
+            # A test whose workers must log every job's end sets INFO.
+            "level": os.environ.get("PGJOBS_TEST_LOG_LEVEL", "WARNING"),
+        }
+    },
 }
