@@ -38,6 +38,8 @@ class Figure:
     target: str = ""
     met: bool | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    #: How the table shows the ratio: "percent" of a ceiling, or "times" a peer's figure.
+    ratio_style: str = "percent"
 
     @property
     def ratio(self) -> float | None:
@@ -175,7 +177,7 @@ def render_table(figures: list[Figure]) -> str:
                 figure.name,
                 f"{_number(figure.value)} {figure.unit}",
                 f"{_number(figure.ceiling)} {figure.unit}" if figure.ceiling is not None else "",
-                f"{figure.ratio:.0%}" if figure.ratio is not None else "",
+                _ratio(figure),
                 figure.target,
                 {True: "yes", False: "NO", None: ""}[figure.met],
             )
@@ -187,6 +189,14 @@ def render_table(figures: list[Figure]) -> str:
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines)
+
+
+def _ratio(figure: Figure) -> str:
+    if figure.ratio is None:
+        return ""
+    if figure.ratio_style == "times":
+        return f"{figure.ratio:.2f}x"
+    return f"{figure.ratio:.0%}"
 
 
 def _number(value: float | None) -> str:
