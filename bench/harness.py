@@ -76,7 +76,8 @@ class Database:
             settings = dict(
                 conn.execute(
                     "SELECT name, setting FROM pg_settings WHERE name IN "
-                    "('synchronous_commit', 'fsync', 'shared_buffers', 'max_connections')"
+                    "('synchronous_commit', 'fsync', 'shared_buffers', 'max_connections',"
+                    " 'autovacuum')"
                 ).fetchall()
             )
         return {"postgresql": version, **settings}
@@ -85,6 +86,22 @@ class Database:
         with self.connect() as conn:
             conn.execute("TRUNCATE pgjobs_job, pgjobs_dead, bench_stamp")
             conn.execute("VACUUM ANALYZE pgjobs_job")
+
+    def forget_statistics(self, table: str = "pgjobs_job") -> None:
+        """Drop the planner's statistics of `table`, as on a table never analyzed.
+
+        TRUNCATE keeps them, and ANALYZE of an empty table leaves them as they were: a
+        drain after a VACUUM ANALYZE of a full table would plan with them and flatter
+        the next "fresh" figure. Needs a superuser (the bench's scratch server has one).
+        """
+        with self.connect() as conn:
+            try:
+                conn.execute("DELETE FROM pg_statistic WHERE starelid = %s::regclass", [table])
+            except psycopg.errors.InsufficientPrivilege as error:
+                raise RuntimeError(
+                    "the fresh-table benchmarks drop a table's planner statistics, which "
+                    "needs a superuser: run the bench as one (the default postgres user)"
+                ) from error
 
     def count(self, table: str = "pgjobs_job", where: str = "true") -> int:
         with self.connect() as conn:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench import long
+from bench import long, plans, wake
 from bench.harness import WORKER_APP_NAME, Database, Figure, WorkerProcess, wait_for
 
 
@@ -32,6 +32,8 @@ class Sizes:
     )
     wake_jobs: int = 500
     wake_gap_s: float = 0.02
+    wake_slow_jobs: int = 10
+    wake_slow_gap_s: float = 1.5
     scale_extra: int = 1_000_000
     scale_backlog: int = 1_000_000
     claim_samples: int = 300
@@ -55,6 +57,7 @@ SMOKE = Sizes(
     drain_trickle=200,
     drain_grid=((2, 10),),
     wake_jobs=20,
+    wake_slow_jobs=2,
     scale_extra=5_000,
     scale_backlog=3_000,
     claim_samples=20,
@@ -221,14 +224,18 @@ def fill_runnable(database: Database, n: int, *, vacuum: bool = True) -> None:
 
 
 def fill_as_users_do(database: Database, n: int, *, vacuum: bool) -> None:
-    """Put `n` runnable no-op jobs in the table through `Job.objects.enqueue_many`, as an
-    application's burst does; `vacuum`: then VACUUM ANALYZE it (the flattering case).
+    """Put `n` runnable no-op jobs in the (just reset) table through
+    `Job.objects.enqueue_many`, as an application's burst does; `vacuum`: then VACUUM
+    ANALYZE it (the flattering case).
 
-    Without it the table is what a queue has straight after a burst: the statistics of
-    the quiet table autovacuum last saw (reset_jobs analyzes the empty table), no
+    Without it the table is what a queue has straight after a burst, before autovacuum
+    comes by (up to autovacuum_naptime, 1 min by default, and longer while it is busy
+    elsewhere): no statistics (a table never analyzed while it held jobs), no
     visibility map, no hint bits set yet."""
     from django_pgjobs.models import Job
 
+    if not vacuum:
+        database.forget_statistics()
     Job.objects.enqueue_many([{"kind": "bench.noop"}] * n)
     if vacuum:
         with database.connect() as conn:
@@ -240,6 +247,7 @@ def fill_by_trickle(database: Database, n: int) -> float:
     autocommit (one transaction per job, as requests enqueue); return enqueues per second."""
     from django_pgjobs.models import Job
 
+    database.forget_statistics()
     started = time.perf_counter()
     for _ in range(n):
         Job.objects.enqueue("bench.noop")
@@ -257,7 +265,7 @@ def _autovacuum_runs(database: Database) -> int:
 
 
 #: The tables a drain figure is measured on, and how each figure names it.
-TABLES = {False: "fresh table", True: "after VACUUM ANALYZE"}
+TABLES = {False: "fresh table", True: "after VACUUM ANALYZE"}  # fresh: no statistics
 
 
 def drain(database: Database, sizes: Sizes) -> list[Figure]:
@@ -794,6 +802,8 @@ BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
     "enqueue": enqueue,
     "drain": drain,
     "wake": wake_latency,
+    "wakeparts": wake.wake_parts,
+    "plans": plans.plans,
     "scale": scale,
     "recovery": recovery,
     "footprint": footprint,
