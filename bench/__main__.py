@@ -1,8 +1,11 @@
-"""Run the benchmarks: `python -m bench [--smoke] [--only drain,wake] [--repeat 3]`.
+"""Run the benchmarks: `python -m bench [--smoke] [--only drain,wake] [--repeat 3] [--peers]`.
 
 Uses the PostgreSQL server of DATABASE_URL (a scratch database `pgjobs_bench`, or
 $PGJOBS_BENCH_DATABASE, is created on it and dropped afterwards), or a private embedded
 one when DATABASE_URL is unset.
+With --peers, PgQueuer (pinned) is installed into a venv of its own under bench/.peers/
+and measured in the same run on a scratch database of its own; our drain and wake
+figures are then printed as ratios to its.
 Prints a table and writes JSON to bench/results/.
 """
 
@@ -29,8 +32,15 @@ def main(argv: list[str] | None = None) -> int:
         "--repeat", type=int, default=1, help="Run each benchmark N times; report medians."
     )
     parser.add_argument("--json", type=Path, help="Write the JSON here too.")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="Also run PgQueuer (downloaded once into bench/.peers/) and print ratios to it.",
+    )
     args = parser.parse_args(argv)
     names = args.only.split(",") if args.only else list(BENCHMARKS)
+    if args.peers:  # the figures the peers are compared on
+        names += [name for name in ("drain", "wake") if name not in names]
     unknown = [name for name in names if name not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
@@ -64,6 +74,15 @@ def main(argv: list[str] | None = None) -> int:
             runs = [BENCHMARKS[name](database, sizes) for _ in range(args.repeat)]
             figures.extend(_medians(runs))
             print(f"   {name} took {time.monotonic() - started:.0f} s", file=sys.stderr)
+        if args.peers:
+            from bench.peers import PEER, compare, pgqueuer
+
+            started = time.monotonic()
+            print(f"-- {PEER} ...", file=sys.stderr, flush=True)
+            theirs = _medians([pgqueuer(database, sizes) for _ in range(args.repeat)])
+            print(f"   {PEER} took {time.monotonic() - started:.0f} s", file=sys.stderr)
+            figures.extend([*theirs, *compare(figures, theirs)])
+            facts["peers"] = {"pgqueuer": PEER}
     finally:
         from django.db import connections
 

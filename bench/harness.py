@@ -38,6 +38,8 @@ class Figure:
     target: str = ""
     met: bool | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    #: How the table shows the ratio: "percent" of a ceiling, or "times" a peer's figure.
+    ratio_style: str = "percent"
 
     @property
     def ratio(self) -> float | None:
@@ -74,7 +76,8 @@ class Database:
             settings = dict(
                 conn.execute(
                     "SELECT name, setting FROM pg_settings WHERE name IN "
-                    "('synchronous_commit', 'fsync', 'shared_buffers', 'max_connections')"
+                    "('synchronous_commit', 'fsync', 'shared_buffers', 'max_connections',"
+                    " 'autovacuum')"
                 ).fetchall()
             )
         return {"postgresql": version, **settings}
@@ -83,6 +86,22 @@ class Database:
         with self.connect() as conn:
             conn.execute("TRUNCATE pgjobs_job, pgjobs_dead, bench_stamp")
             conn.execute("VACUUM ANALYZE pgjobs_job")
+
+    def forget_statistics(self, table: str = "pgjobs_job") -> None:
+        """Drop the planner's statistics of `table`, as on a table never analyzed.
+
+        TRUNCATE keeps them, and ANALYZE of an empty table leaves them as they were: a
+        drain after a VACUUM ANALYZE of a full table would plan with them and flatter
+        the next "fresh" figure. Needs a superuser (the bench's scratch server has one).
+        """
+        with self.connect() as conn:
+            try:
+                conn.execute("DELETE FROM pg_statistic WHERE starelid = %s::regclass", [table])
+            except psycopg.errors.InsufficientPrivilege as error:
+                raise RuntimeError(
+                    "the fresh-table benchmarks drop a table's planner statistics, which "
+                    "needs a superuser: run the bench as one (the default postgres user)"
+                ) from error
 
     def count(self, table: str = "pgjobs_job", where: str = "true") -> int:
         with self.connect() as conn:
@@ -175,7 +194,7 @@ def render_table(figures: list[Figure]) -> str:
                 figure.name,
                 f"{_number(figure.value)} {figure.unit}",
                 f"{_number(figure.ceiling)} {figure.unit}" if figure.ceiling is not None else "",
-                f"{figure.ratio:.0%}" if figure.ratio is not None else "",
+                _ratio(figure),
                 figure.target,
                 {True: "yes", False: "NO", None: ""}[figure.met],
             )
@@ -187,6 +206,14 @@ def render_table(figures: list[Figure]) -> str:
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines)
+
+
+def _ratio(figure: Figure) -> str:
+    if figure.ratio is None:
+        return ""
+    if figure.ratio_style == "times":
+        return f"{figure.ratio:.2f}x"
+    return f"{figure.ratio:.0%}"
 
 
 def _number(value: float | None) -> str:

@@ -1,0 +1,278 @@
+"""The fastest peer in the same run (`python -m bench --peers`): PgQueuer, pinned,
+installed into a venv of its own under bench/.peers/ (gitignored), its schema installed
+by its own API in a scratch database of its own, its worker started as its users start
+it (`pgq run`), and each of our figures printed as a ratio to its.
+
+PgQueuer's side is bench/pgqueuer_peer.py, run by that venv's interpreter. The pure
+pieces here (`compare`, `percentiles`, `drain_rate`) are unit-tested.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+from bench.harness import BENCH_DATABASE, ROOT, Database, Figure, wait_for
+
+if TYPE_CHECKING:
+    from bench.suite import Sizes
+
+PGQUEUER_VERSION = "1.6.0"
+#: What the peer's venv gets. typer is held below 0.20: with typer 0.29 (what pip picks
+#: today) `pgq run` of PgQueuer 1.6.0 fails at start in setup_fancy_logger
+#: ("'str' object has no attribute 'name'": its --log-level parser no longer yields the
+#: enum), so its users would pin it the same way.
+PGQUEUER_REQUIREMENTS = (f"pgqueuer[asyncpg]=={PGQUEUER_VERSION}", "typer<0.20")
+PEERS_DIR = ROOT / "bench" / ".peers"
+PEER_SCRIPT = ROOT / "bench" / "pgqueuer_peer.py"
+#: PgQueuer's drain grid: (processes, batch size); batch 10 is its default.
+PGQUEUER_GRID = ((1, 10), (1, 100), (2, 10), (2, 100))
+PEER = f"PgQueuer {PGQUEUER_VERSION}"
+
+
+def percentiles(latencies_ms: Iterable[float]) -> dict[str, float]:
+    """p50, p95, p99 and max of latencies, by the suite's nearest-rank rule."""
+    ordered = sorted(latencies_ms)
+    if not ordered:
+        raise ValueError("no latencies")
+
+    def at(p: float) -> float:
+        return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))]
+
+    return {"p50": at(0.50), "p95": at(0.95), "p99": at(0.99), "max": ordered[-1]}
+
+
+def drain_rate(window: dict[str, Any], n: int) -> float:
+    """Jobs per second between a drain's first pick and last success (server clock);
+    refuses a drain that did not finish every job."""
+    if window["successful"] != n:
+        raise RuntimeError(f"PgQueuer finished {window['successful']} of {n} jobs")
+    return n / (float(window["last_success"]) - float(window["first_pick"]))
+
+
+def _find(figures: Iterable[Figure], benchmark: str, prefix: str) -> Figure | None:
+    for figure in figures:
+        if figure.benchmark == benchmark and figure.name.startswith(prefix):
+            return figure
+    return None
+
+
+def _best(figures: Iterable[Figure], benchmark: str, prefix: str) -> Figure | None:
+    matching = [f for f in figures if f.benchmark == benchmark and f.name.startswith(prefix)]
+    return max(matching, key=lambda f: f.value, default=None)
+
+
+def compare(ours: list[Figure], theirs: list[Figure]) -> list[Figure]:
+    """Each of our figures beside the peer's, as a Figure whose ceiling is the peer's
+    (so the table's ratio column reads ours / theirs). Drain: higher is better; wake:
+    lower is better. Figures missing on either side are left out."""
+    pairs: list[tuple[str, Figure | None, Figure | None, float | None, bool]] = [
+        (
+            "drain, 1 process, defaults (fresh) / its default (batch 10)",
+            _find(ours, "drain", "1 process, default settings, fresh table"),
+            _find(theirs, "pgqueuer", "drain, 1 process, batch 10"),
+            None,
+            True,
+        ),
+        (
+            "drain, 1 process, defaults (fresh) / its best 1-process setting",
+            _find(ours, "drain", "1 process, default settings, fresh table"),
+            _best(theirs, "pgqueuer", "drain, 1 process"),
+            1.2,
+            True,
+        ),
+        (
+            "drain, best of grid (fresh, <= 4 processes) / its best (<= 2 processes)",
+            _find(ours, "drain", "best of grid, fresh table"),
+            _best(theirs, "pgqueuer", "drain, "),
+            1.5,
+            True,
+        ),
+        (
+            "wake p50, commit -> handler (lower is better)",
+            _find(ours, "wake", "p50"),
+            _find(theirs, "pgqueuer", "wake p50"),
+            None,
+            False,
+        ),
+        (
+            "wake p99, commit -> handler (lower is better)",
+            _find(ours, "wake", "p99"),
+            _find(theirs, "pgqueuer", "wake p99"),
+            None,
+            False,
+        ),
+    ]
+    compared = []
+    for name, mine, peer, at_least, higher_is_better in pairs:
+        if mine is None or peer is None:
+            continue
+        target, met = "", None
+        if at_least is not None and peer.value:
+            target = f">= {at_least:g}x"
+            met = mine.value >= at_least * peer.value
+        compared.append(
+            Figure(
+                f"vs {PEER}",
+                name,
+                mine.value,
+                mine.unit,
+                ceiling=peer.value,
+                target=target,
+                met=met,
+                details={
+                    "ours": f"{mine.benchmark}: {mine.name}",
+                    "theirs": peer.name,
+                    "higher is better": higher_is_better,
+                },
+                ratio_style="times",
+            )
+        )
+    return compared
+
+
+class PgQueuerPeer:
+    """PgQueuer in its own venv, on a scratch database of its own on our server."""
+
+    def __init__(self, database: Database) -> None:
+        self.admin_url = database.admin_url
+        self.name = os.environ.get("PGJOBS_BENCH_PEER_DATABASE", f"{BENCH_DATABASE}_pgqueuer")
+        parts = urlsplit(database.admin_url)
+        self.url = urlunsplit(parts._replace(path=f"/{self.name}"))
+        self.venv = PEERS_DIR / f"pgqueuer-{PGQUEUER_VERSION}"
+
+    # Setup -------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Install PgQueuer into its venv (once), create its database, install its schema."""
+        if not (self.venv / "bin" / "pgq").exists():
+            print(f"   installing {PEER} into {self.venv}", file=sys.stderr, flush=True)
+            subprocess.run([sys.executable, "-m", "venv", str(self.venv)], check=True)
+            subprocess.run(
+                [str(self.venv / "bin" / "pip"), "install", "-q", *PGQUEUER_REQUIREMENTS],
+                check=True,
+            )
+        with psycopg.connect(self.admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+            admin.execute(f'CREATE DATABASE "{self.name}"')
+        self._script("install")
+
+    def drop(self) -> None:
+        with psycopg.connect(self.admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+    # Measurements ------------------------------------------------------------------
+
+    def drain(self, n: int, processes: int, batch: int) -> float:
+        """Fill `n` no-op jobs through its bulk enqueue, then drain them straight after
+        with `processes` x `pgq run --mode drain --batch-size batch`; jobs per second."""
+        self._script("reset")
+        self._script("fill", str(n))
+        workers = [
+            self._worker("--mode", "drain", "--batch-size", str(batch)) for _ in range(processes)
+        ]
+        for worker in workers:
+            _, err = worker.communicate(timeout=max(600, n / 200))
+            if worker.returncode != 0:
+                raise RuntimeError(f"pgq run exited {worker.returncode}:\n{err[-3000:]}")
+        return drain_rate(json.loads(self._script("window")), n)
+
+    def wake(self, jobs: int, gap_s: float) -> list[float]:
+        """An idle `pgq run` worker; `jobs` single enqueues; commit -> handler, in ms."""
+        self._script("reset")
+        with tempfile.NamedTemporaryFile("r", suffix=".stamps", delete=False) as stamps:
+            path = Path(stamps.name)
+        worker = self._worker(env={"PEER_STAMPS": str(path)})
+        try:
+            # One job first, not measured: when its stamp is there, the worker listens.
+            self._script("trickle", "1", "0")
+            wait_for(lambda: _lines(path) >= 1, timeout=60, what="PgQueuer's first stamp")
+            time.sleep(0.5)
+            committed = json.loads(self._script("trickle", str(jobs), str(gap_s)))
+            wait_for(lambda: _lines(path) >= jobs + 1, 60, what="every PgQueuer stamp")
+        finally:
+            worker.terminate()
+            try:
+                worker.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.communicate()
+        started = dict(line.split() for line in path.read_text().splitlines())
+        path.unlink(missing_ok=True)
+        return [(float(started[job_id]) - at) * 1000 for job_id, at in committed.items()]
+
+    # Plumbing ----------------------------------------------------------------------
+
+    def _env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO", "PGJOBS"))}
+        env.pop("DATABASE_URL", None)
+        env.pop("VIRTUAL_ENV", None)
+        return {**env, "PGDSN": self.url, "PYTHONPATH": str(PEER_SCRIPT.parent), **(extra or {})}
+
+    def _script(self, *args: str) -> str:
+        done = subprocess.run(
+            [str(self.venv / "bin" / "python"), str(PEER_SCRIPT), *args],
+            env=self._env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"pgqueuer_peer.py {' '.join(args)}:\n{done.stderr[-3000:]}")
+        return done.stdout
+
+    def _worker(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [str(self.venv / "bin" / "pgq"), "run", "pgqueuer_peer:factory", *args],
+            cwd=PEER_SCRIPT.parent,
+            env=self._env(env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def pgqueuer(database: Database, sizes: Sizes) -> list[Figure]:
+    """PgQueuer's drain (batch 10 and 100, 1 and 2 processes) of as many jobs as ours, on
+    a fresh table, and its wake latency with as many jobs and the same gap as ours."""
+    peer = PgQueuerPeer(database)
+    peer.prepare()
+    try:
+        figures = []
+        for processes, batch in PGQUEUER_GRID:
+            rate = peer.drain(sizes.drain, processes, batch)
+            figures.append(
+                Figure(
+                    "pgqueuer",
+                    f"drain, {processes} process{'es' if processes > 1 else ''}, batch {batch}",
+                    rate,
+                    "jobs/s",
+                    details={
+                        "jobs": sizes.drain,
+                        "fill": "Queries.enqueue of lists (its bulk API)",
+                        "table": "fresh table",
+                        "worker": f"pgq run --mode drain --batch-size {batch}",
+                    },
+                )
+            )
+        latencies = peer.wake(sizes.wake_jobs, sizes.wake_gap_s)
+        details = {"jobs": sizes.wake_jobs, "gap_ms": sizes.wake_gap_s * 1000}
+        for name, value in percentiles(latencies).items():
+            figures.append(Figure("pgqueuer", f"wake {name}", value, "ms", details=details))
+    finally:
+        peer.drop()
+    return figures

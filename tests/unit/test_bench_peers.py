@@ -1,0 +1,79 @@
+"""The pure logic of `python -m bench --peers` (bench/peers.py): which of our figures is
+set beside which of PgQueuer's, the ratio the table shows, the latency percentiles and
+the drain rate read from PgQueuer's log. The peer itself is not run here (it downloads)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.harness import Figure, render_table
+from bench.peers import PEER, compare, drain_rate, percentiles
+
+OURS = [
+    Figure("drain", "1 process, default settings, fresh table", 12_000, "jobs/s"),
+    Figure("drain", "1 process, default settings, after VACUUM ANALYZE", 16_000, "jobs/s"),
+    Figure("drain", "best of grid, fresh table: 2 process(es) x concurrency 64", 30_000, "jobs/s"),
+    Figure("wake", "p50", 1.0, "ms"),
+    Figure("wake", "p99", 3.0, "ms"),
+]
+THEIRS = [
+    Figure("pgqueuer", "drain, 1 process, batch 10", 6_000, "jobs/s"),
+    Figure("pgqueuer", "drain, 1 process, batch 100", 10_000, "jobs/s"),
+    Figure("pgqueuer", "drain, 2 processes, batch 10", 9_000, "jobs/s"),
+    Figure("pgqueuer", "drain, 2 processes, batch 100", 24_000, "jobs/s"),
+    Figure("pgqueuer", "wake p50", 2.0, "ms"),
+    Figure("pgqueuer", "wake p99", 5.0, "ms"),
+]
+
+
+def by_name(figures: list[Figure]) -> dict[str, Figure]:
+    return {figure.name: figure for figure in figures}
+
+
+def test_compare_sets_our_fresh_figures_beside_the_peers_and_its_best():
+    compared = by_name(compare(OURS, THEIRS))
+    default = compared["drain, 1 process, defaults (fresh) / its default (batch 10)"]
+    assert (default.value, default.ceiling, default.ratio) == (12_000, 6_000, 2.0)
+    best_single = compared["drain, 1 process, defaults (fresh) / its best 1-process setting"]
+    assert best_single.ceiling == 10_000  # batch 100 beats batch 10; 2 processes excluded
+    assert best_single.ratio == pytest.approx(1.2)
+    assert best_single.met is True  # the issue's target: >= 1.2x
+    best = compared["drain, best of grid (fresh, <= 4 processes) / its best (<= 2 processes)"]
+    assert (best.value, best.ceiling) == (30_000, 24_000)
+    assert best.met is False  # 1.25x < 1.5x
+    assert {f.benchmark for f in compared.values()} == {f"vs {PEER}"}
+
+
+def test_compare_wake_ratios_are_ours_over_theirs_without_a_target():
+    compared = by_name(compare(OURS, THEIRS))
+    p50 = compared["wake p50, commit -> handler (lower is better)"]
+    p99 = compared["wake p99, commit -> handler (lower is better)"]
+    assert (p50.ratio, p99.ratio) == (0.5, 0.6)
+    assert p50.met is None and p50.details["higher is better"] is False
+
+
+def test_compare_leaves_out_what_either_side_lacks():
+    assert compare(OURS[:1], THEIRS[-2:]) == []
+    # Batch 10 alone is also the peer's best single process and its best overall.
+    assert len(compare(OURS, THEIRS[:1])) == 3
+
+
+def test_the_table_shows_peer_ratios_as_times_and_ceilings_as_percent():
+    table = render_table([OURS[0], *compare(OURS, THEIRS)[:1]])
+    assert "2.00x" in table
+    with_ceiling = Figure("drain", "x", 50, "jobs/s", ceiling=200)
+    assert "25%" in render_table([with_ceiling])
+
+
+def test_percentiles_use_the_suites_nearest_rank_rule():
+    result = percentiles(float(i) for i in range(1, 101))
+    assert result == {"p50": 51.0, "p95": 95.0, "p99": 99.0, "max": 100.0}
+    with pytest.raises(ValueError):
+        percentiles([])
+
+
+def test_drain_rate_is_jobs_over_first_pick_to_last_success_and_refuses_a_short_drain():
+    window = {"first_pick": 100.0, "last_success": 104.0, "successful": 20_000}
+    assert drain_rate(window, 20_000) == 5_000
+    with pytest.raises(RuntimeError, match="19999 of 20000"):
+        drain_rate({**window, "successful": 19_999}, 20_000)
