@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench import long
+from bench import long, workflows
 from bench.harness import WORKER_APP_NAME, Database, Figure, WorkerProcess, wait_for
 
 
@@ -45,6 +45,9 @@ class Sizes:
     cancel_per_round: int = 20
     async_jobs: int = 1000
     keyed_jobs: int = 20_000
+    workflow_chain: int = 1000
+    workflow_fan_out: int = 10_000
+    workflow_ack_samples: int = 500
 
 
 SMOKE = Sizes(
@@ -67,6 +70,9 @@ SMOKE = Sizes(
     cancel_per_round=5,
     async_jobs=100,
     keyed_jobs=1000,
+    workflow_chain=100,
+    workflow_fan_out=500,
+    workflow_ack_samples=100,
 )
 
 INSERT_NOOPS = """
@@ -714,4 +720,5 @@ BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
     "cancel": long.cancel,
     "async": long.async_handlers,
     "keyed": long.keyed,
+    "workflows": workflows.workflows,
 }
