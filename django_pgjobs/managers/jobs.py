@@ -242,8 +242,7 @@ class JobManager(models.Manager["Job"]):
             results = [None] * len(handles)
         if len(results) != len(handles):
             raise ValueError("ack_batch needs one result per handle.")
-        # In id order, as an enqueue locks the parents it names (S29): no deadlock.
-        pairs = sorted(zip(handles, results, strict=True), key=lambda pair: pair[0].id)
+        pairs = workflows.in_id_order(zip(handles, results, strict=True))
         handles, results = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
         alias = _batch_alias(handles)
         encoded = [encode_result(result) for result in results]
@@ -278,6 +277,7 @@ class JobManager(models.Manager["Job"]):
     ) -> int:
         if not retries:
             return 0
+        retries = workflows.in_id_order(retries)
         handles = [handle for handle, _, _ in retries]
         alias = _batch_alias(handles)
         delays = [_retry_delay(handle, delay) for handle, _, delay in retries]
@@ -305,6 +305,7 @@ class JobManager(models.Manager["Job"]):
         error is the reason, verbatim. Returns how many claims were current."""
         if not failures:
             return 0
+        failures = workflows.in_id_order(failures)
         handles = [handle for handle, _ in failures]
         alias = _batch_alias(handles)
         params = {

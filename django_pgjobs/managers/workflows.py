@@ -11,8 +11,8 @@ that ended before is taken as it ended.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
 
 from django_pgjobs import exceptions
 from django_pgjobs.db import connection as db
@@ -20,6 +20,8 @@ from django_pgjobs.db import sql
 from django_pgjobs.dependencies import Edge
 from django_pgjobs.options import ResolvedJob
 from django_pgjobs.records import EnqueueResult
+
+Entry = TypeVar("Entry", bound=tuple[Any, ...])
 
 #: What ENQUEUE_DEPENDENT_JOBS calls a parent, by what PARENT_STANDING found ("live"
 #: parents are the ones LOCK_PARENTS locked; "dead" depends on on_failure).
@@ -122,3 +124,10 @@ def revive_dependents(job_id: int, using: str | None) -> int:
     """Bring back to waiting the dependents the death of `job_id` took (S30)."""
     ((revived,),) = db.fetchall(sql.REVIVE_DEPENDENTS, {"id": job_id}, using)
     return int(revived)
+
+
+def in_id_order(entries: Iterable[Entry]) -> list[Entry]:
+    """`entries` (each a tuple starting with a handle) by job id: the order in which an
+    enqueue locks the parents it names (LOCK_PARENTS), so that a statement ending some
+    of them at the same moment cannot deadlock with it."""
+    return sorted(entries, key=lambda entry: entry[0].id)

@@ -207,7 +207,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         " null, null, null, {}], "
         '["default", "demo.t", 0, null, null, 3, 30, null, null, null, null, null,'
         " null, null, null, {}]]",
-        "edges": '[[2, null, 1, "cancel", "open"], [2, 1, null, "run", "done"]]',
+        "edges": '[[2, null, 1, "cancel", "open"], [2, 999999999, null, "run", "done"]]',
         **WAKE,
     },
     "REVIVE_DEPENDENTS": {"id": 1},

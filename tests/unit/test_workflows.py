@@ -164,6 +164,13 @@ class TestS30Failure:
         assert Job.objects.cancel(deleted.id)
         assert state(after_deleted.id) == f"dead: dependency failed: {deleted.id}"
 
+    def test_s30_a_deleted_waiting_child_leaves_no_edge_behind(self) -> None:
+        parent = Job.objects.enqueue("demo.task")
+        child = Job.objects.enqueue("demo.task", after=[parent])
+        assert Job.objects.cancel(child.id)
+        assert count("pgjobs_dependency") == 0
+        assert claim_one(parent.id).ack()
+
     def test_s30_a_waiting_job_can_be_cancelled_and_takes_its_children(self) -> None:
         parent = Job.objects.enqueue("demo.task")
         child = Job.objects.enqueue("demo.task", after=[parent])
@@ -273,3 +280,43 @@ class TestS29HostileAfter:
         with pytest.raises(InvalidDependency):
             Job.objects.enqueue_many([{"kind": "demo.task", "after": after}])
         assert (count(), count("pgjobs_dependency")) == before
+
+
+class TestS29Builder:
+    def test_s29_a_workflow_whose_block_raises_writes_nothing(self) -> None:
+        from django_pgjobs.workflows import workflow
+
+        before = count(), count("pgjobs_dependency")
+        with pytest.raises(RuntimeError), workflow() as wf:
+            first = wf.add("demo.task")
+            wf.add("demo.task", after=[first])
+            raise RuntimeError("changed my mind")
+        assert (count(), count("pgjobs_dependency")) == before
+        assert first.id is None
+
+    def test_s29_a_workflow_refuses_keys_other_databases_and_foreign_steps(self) -> None:
+        from django_pgjobs.exceptions import InvalidJobOption
+        from django_pgjobs.workflows import workflow
+        from tests.jobs import keyed, plain
+
+        with workflow() as other:
+            pass
+        with workflow() as unwritten:
+            with workflow() as wf:
+                with pytest.raises(InvalidJobOption, match="key"):
+                    wf.add(keyed, account=1, version=1)
+                with pytest.raises(InvalidJobOption, match="cannot take"):
+                    wf.add(plain.using(key="k"), value=1)
+                with pytest.raises(InvalidJobOption, match="takes a @job"):
+                    wf.add(42)
+                foreign = unwritten.add("demo.task")
+                with pytest.raises(InvalidDependency, match="open workflow"):
+                    wf.add("demo.task", after=[foreign])
+                wf.add("demo.task")
+            assert [step.id is not None for step in wf.steps] == [True]
+        assert other.steps == []
+
+    def test_s29_a_waiting_task_reads_as_ready_in_django_tasks(self) -> None:
+        from django_pgjobs.backend import _STATUS
+
+        assert _STATUS["waiting"] == _STATUS["pending"]

@@ -162,7 +162,12 @@ CANCEL_JOB = f"""
 -- them: their worker dead-letters them as cancelled).
 WITH {_CANCEL_TARGETS},
 {_TELL_CANCELLED},
-{DEPENDENTS_OF_BURIED}
+{DEPENDENTS_OF_BURIED},
+edges AS (
+    -- A deleted child's edges go with it (S29).
+    DELETE FROM pgjobs_dependency AS d
+    WHERE d.child_id IN (SELECT b.id FROM buried AS b WHERE b.has_parents)
+)
 SELECT (SELECT count(*) FROM buried), (SELECT count(*) FROM held),
        (SELECT count(*) FROM told) + (SELECT count(*) FROM dependents)
 """
