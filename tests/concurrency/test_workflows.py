@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.db import connections, transaction
 
+from django_pgjobs.claims import JobHandle
 from django_pgjobs.dependencies import Parent
 from django_pgjobs.models import Job
 from django_pgjobs.workflows import workflow
@@ -41,6 +42,25 @@ class TestS29Races:
             assert acked == [1] * 8
             assert row(child.id, "state", "parents_left") == ("pending", 0)
             assert count(where="state = 'waiting'") == 0
+
+    def test_s29_s30_parents_of_two_children_acked_and_failed_at_once_free_both(self) -> None:
+        """Eight parents shared by two children (each child locked in id order: no
+        deadlock), half acked and half failed under on_failure="run", all at once."""
+        for attempt in range(20):
+            execute("DELETE FROM pgjobs_job")
+            execute("DELETE FROM pgjobs_dead")
+            parents = [Job.objects.enqueue("demo.task") for _ in range(8)]
+            after = [Parent(parent, on_failure="run") for parent in parents]
+            children = [Job.objects.enqueue("demo.task", after=after) for _ in range(2)]
+            handles = Job.objects.claim_batch("default", 8, "claimer")
+
+            def end(i: int, handles: list[JobHandle] = handles) -> bool:
+                return handles[i].ack() if i % 2 else handles[i].fail("broken")
+
+            assert run_threads(8, end) == [True] * 8
+            for child in children:
+                assert row(child.id, "state", "parents_left") == ("pending", 0), attempt
+            assert count("pgjobs_dead") == 4
 
     def test_s29_a_child_written_while_its_parent_is_acked_is_never_stranded(self) -> None:
         for attempt in range(40):
