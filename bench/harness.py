@@ -84,7 +84,7 @@ class Database:
 
     def reset_jobs(self) -> None:
         with self.connect() as conn:
-            conn.execute("TRUNCATE pgjobs_job, pgjobs_dead, bench_stamp")
+            conn.execute("TRUNCATE pgjobs_job, pgjobs_dead, pgjobs_dependency, bench_stamp")
             conn.execute("VACUUM ANALYZE pgjobs_job")
 
     def forget_statistics(self, table: str = "pgjobs_job") -> None:

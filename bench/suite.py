@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench import long, plans, wake
+from bench import long, plans, wake, workflows
 from bench.harness import WORKER_APP_NAME, Database, Figure, WorkerProcess, wait_for
 
 
@@ -48,6 +48,9 @@ class Sizes:
     cancel_per_round: int = 20
     async_jobs: int = 1000
     keyed_jobs: int = 20_000
+    workflow_chain: int = 1000
+    workflow_fan_out: int = 10_000
+    workflow_ack_samples: int = 500
 
 
 SMOKE = Sizes(
@@ -72,6 +75,9 @@ SMOKE = Sizes(
     cancel_per_round=5,
     async_jobs=100,
     keyed_jobs=1000,
+    workflow_chain=100,
+    workflow_fan_out=500,
+    workflow_ack_samples=100,
 )
 
 INSERT_NOOPS = """
@@ -813,4 +819,5 @@ BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
     "cancel": long.cancel,
     "async": long.async_handlers,
     "keyed": long.keyed,
+    "workflows": workflows.workflows,
 }

@@ -65,6 +65,7 @@ LAPSE_EXCEPTION = "django_pgjobs.exceptions.LeaseLost"
 ERROR_EXCEPTION = "builtins.Exception"
 
 _STATUS = {
+    "waiting": TaskResultStatus.READY,  # for its parents (S29)
     "pending": TaskResultStatus.READY,
     "running": TaskResultStatus.RUNNING,
     "done": TaskResultStatus.SUCCESSFUL,

@@ -63,6 +63,8 @@ class ClaimWriter(Protocol):
 
     def limit_statement_time(self, handle: JobHandle, seconds: float) -> None: ...
 
+    def parent_results(self, handle: JobHandle) -> dict[int, Any]: ...
+
 
 class RunControl:
     """What passes between a running handler and its worker: a cancellation (S32), and
@@ -278,6 +280,14 @@ class JobHandle:
         """Whether a failure of this claim's run dead-letters the job (S13): its attempts
         are spent."""
         return self.attempt >= self.max_attempts
+
+    def parent_results(self) -> dict[int, Any]:
+        """The results of this job's parents that are done, by parent id (S29).
+
+        Kept with the dependency whatever the parent's result retention, until this job
+        is acked. A parent that died under on_failure="run" is not among them.
+        """
+        return self.manager.parent_results(self)
 
     def ack(self, result: Any = None) -> bool:
         """Complete the job (S12). Returns False, changing nothing, if the claim is not current."""

@@ -73,9 +73,13 @@ class JobFunction(Generic[P, R]):
         expires: float | timedelta | None = UNSET,
         result_retention: float | timedelta | None = UNSET,
         timeout: float | timedelta | None = UNSET,
+        after: Any = UNSET,
         using: str | None = UNSET,
     ) -> JobFunction[P, R]:
-        """Return this job with enqueue options set (the payload stays for `enqueue`)."""
+        """Return this job with enqueue options set (the payload stays for `enqueue`).
+
+        `after` names the jobs this one waits for (S29; see Job.objects.enqueue).
+        """
         given = {
             name: value
             for name, value in {
@@ -90,6 +94,7 @@ class JobFunction(Generic[P, R]):
                 "expires": expires,
                 "result_retention": result_retention,
                 "timeout": timeout,
+                "after": after,
                 "using": using,
             }.items()
             if value is not UNSET

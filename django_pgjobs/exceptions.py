@@ -15,6 +15,10 @@ class InvalidJobOption(PgJobsError, ValueError):
     """An argument given to django_pgjobs is not valid. Nothing was written."""
 
 
+class InvalidDependency(InvalidJobOption):
+    """An `after=` names no job, a dead letter it cannot wait for, or is no list of jobs."""
+
+
 class InvalidQueueName(InvalidJobOption):
     """The queue name is not valid."""
 

@@ -82,6 +82,12 @@ class JobColumns(models.Model):
         null=True, blank=True, help_text="At most this many claims of the key per period."
     )
     rate_period_s = models.FloatField(null=True, blank=True, help_text="The rate's period.")
+    has_parents = models.BooleanField(
+        db_default=False, help_text="Written with after=: its dependencies name it (S29)."
+    )
+    has_children = models.BooleanField(
+        db_default=False, help_text="Some job waits for its end (S29): its end tells them."
+    )
 
     class Meta:
         abstract = True
@@ -129,6 +135,9 @@ class Job(JobColumns):
     state = models.CharField(max_length=16, choices=JobState.choices, db_default=JobState.PENDING)
     purge_at = models.DateTimeField(
         null=True, blank=True, help_text="When a done job's retained result is deleted."
+    )
+    parents_left = models.IntegerField(
+        db_default=0, help_text="Parents not yet ended; waiting while above 0 (S29)."
     )
 
     objects: ClassVar[JobManager] = JobManager()
@@ -232,6 +241,57 @@ class DeadJob(JobColumns):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("Dead jobs are written by the queue, never by save().")
+
+
+class Dependency(models.Model):
+    """One edge of a workflow (S29, S30): `child_id` waits for `parent_id` to end.
+
+    Written with the child, in its enqueue's statement; the statement that records the
+    parent's end marks the edge (`ended`, and the parent's result, kept here for the
+    child's `ctx.parent_results()` whatever the parent's retention) and moves the child
+    on. No foreign keys: jobs move between the live and the dead table, ids kept.
+    Deleted when the child is acked.
+    """
+
+    class OnFailure(models.TextChoices):
+        CANCEL = "cancel", "Dead-letter the child with its parent"
+        RUN = "run", "Run the child anyway"
+
+    class Ended(models.TextChoices):
+        DONE = "done", "Done"
+        FAILED = "failed", "Dead or cancelled"
+
+    id = models.BigAutoField(primary_key=True)
+    child_id = models.BigIntegerField()
+    parent_id = models.BigIntegerField()
+    on_failure = models.CharField(max_length=8, choices=OnFailure.choices, db_default="cancel")
+    ended = models.CharField(max_length=8, choices=Ended.choices, null=True, blank=True)
+    parent_result = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        db_table = "pgjobs_dependency"
+        verbose_name_plural = "dependencies"
+        indexes: ClassVar[list[models.Index]] = [
+            # A parent's end finds the edges to its children.
+            models.Index(fields=["parent_id"], name="pgjobs_dependency_parent"),
+        ]
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            # A child's edges, one per parent; also how a child finds its parents.
+            models.UniqueConstraint(
+                fields=["child_id", "parent_id"], name="pgjobs_dependency_edge"
+            ),
+            models.CheckConstraint(
+                condition=Q(on_failure__in=["cancel", "run"]),
+                name="pgjobs_dependency_on_failure",
+            ),
+            models.CheckConstraint(
+                condition=Q(ended__in=["done", "failed"]) | Q(ended__isnull=True),
+                name="pgjobs_dependency_ended",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.parent_id}->{self.child_id}"
 
 
 class JobStats(models.Model):

@@ -94,6 +94,14 @@ class JobRecord:
     concurrency_limit: int | None = None
     rate_limit: int | None = None
     rate_period_s: float | None = None
+    #: Dependencies (S29): whether it was written with parents, whether some job waits
+    #: for it, and how many of its parents have not ended (it is waiting while above 0).
+    has_parents: bool = False
+    has_children: bool = False
+    parents_left: int = 0
+    #: Its parents' and its children's ids (filled by get_job).
+    parents: tuple[int, ...] = ()
+    children: tuple[int, ...] = ()
 
     @property
     def is_dead(self) -> bool:

@@ -8,11 +8,17 @@ from django.db import models
 class JobState(models.TextChoices):
     """Where a row of `pgjobs_job` stands, and who moves it."""
 
+    WAITING = "waiting", "Waiting"
+    """Waiting for its parents (S29): not claimable, in no claim index. In: enqueue with
+    `after=` while a parent has not ended; a requeued parent bringing back the dependents
+    its death took (S30). Out: the statement that records its last parent's end (to
+    pending); a parent's death (to the dead table, "dependency failed: <id>"); cancel."""
+
     PENDING = "pending", "Pending"
-    """Waiting to run. In: enqueue; a retry; a key's trigger promoted after a run; a claim
-    handed back at shutdown; a dead letter requeued. Out: a claim (to running) once
-    `run_after` has passed; the sweeper (to the dead table) once `expires_at` has passed;
-    cancel (deleted)."""
+    """Waiting to run. In: enqueue; the end of its last parent (S29); a retry; a key's
+    trigger promoted after a run; a claim handed back at shutdown; a dead letter requeued.
+    Out: a claim (to running) once `run_after` has passed; the sweeper (to the dead table)
+    once `expires_at` has passed; cancel (deleted)."""
 
     RUNNING = "running", "Running"
     """Claimed: `claimed_by` holds the claim's token and `claimed_until` its lease. In: a claim.
@@ -26,3 +32,5 @@ class JobState(models.TextChoices):
 
 
 LIVE_STATES = (JobState.PENDING, JobState.RUNNING)
+#: The states of a job that has not ended: what a child waits for (S29).
+UNFINISHED_STATES = (JobState.WAITING, JobState.PENDING, JobState.RUNNING)

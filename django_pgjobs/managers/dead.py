@@ -9,6 +9,7 @@ from django.db import models
 
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
+from django_pgjobs.managers import workflows
 from django_pgjobs.records import RequeueResult
 
 if TYPE_CHECKING:
@@ -22,7 +23,8 @@ class DeadJobManager(models.Manager["DeadJob"]):
         """Move dead letters back to pending, attempts reset and expiry cleared.
 
         A letter whose key already has a live job is merged into that job (S3, replace)
-        instead. Ids that are not dead letters are skipped. All in one transaction.
+        instead. Ids that are not dead letters are skipped. All in one transaction. The
+        dependents a requeued job's death took with it wait for it again (S30).
         """
         requeued = merged = 0
         params = db.wake_params()
@@ -32,6 +34,7 @@ class DeadJobManager(models.Manager["DeadJob"]):
                 for _id, inserted, _woken in rows:
                     if inserted:
                         requeued += 1
+                        workflows.revive_dependents(int(job_id), using)
                     else:
                         merged += 1
         return RequeueResult(requeued=requeued, merged=merged)
@@ -41,7 +44,8 @@ class DeadJobManager(models.Manager["DeadJob"]):
     ) -> int:
         """Delete up to `limit` dead letters of `queues` that died over `retention_s` ago."""
         params = {"queues": list(queues), "retention_s": retention_s, "limit": limit}
-        return db.rowcount(sql.PRUNE_DEAD_IN_QUEUES, params, using)
+        ((pruned,),) = db.fetchall(sql.PRUNE_DEAD_IN_QUEUES, params, using)
+        return int(pruned)
 
     def prune_outside_queues(
         self, queues: Sequence[str], retention_s: float, limit: int, *, using: str | None = None
@@ -49,4 +53,5 @@ class DeadJobManager(models.Manager["DeadJob"]):
         """Delete up to `limit` dead letters of queues other than `queues` that died over
         `retention_s` ago: the default retention, for queues without their own."""
         params = {"queues": list(queues), "retention_s": retention_s, "limit": limit}
-        return db.rowcount(sql.PRUNE_DEAD_OUTSIDE_QUEUES, params, using)
+        ((pruned,),) = db.fetchall(sql.PRUNE_DEAD_OUTSIDE_QUEUES, params, using)
+        return int(pruned)

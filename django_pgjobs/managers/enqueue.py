@@ -17,7 +17,9 @@ from django_pgjobs import exceptions, options, registry, signals
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import sql
 from django_pgjobs.db.connection import atomic, fetchall, wake_params, write_documents
+from django_pgjobs.dependencies import resolve_after
 from django_pgjobs.exceptions import InvalidJobOption
+from django_pgjobs.managers.workflows import enqueue_dependent
 from django_pgjobs.payloads import encode_payload, utf8_size
 from django_pgjobs.records import EnqueueResult
 
@@ -36,15 +38,21 @@ def enqueue_one(
     payload: Mapping[str, Any] | None,
     on_conflict: str,
     using: str | None,
+    after: Any = None,
     **given: Any,
 ) -> EnqueueResult:
     """Validate, resolve and write one job; see JobManager.enqueue."""
     on_conflict = options.validate_conflict_mode(on_conflict)
+    edges = resolve_after(after)
     defaults = registry.decorator_defaults(kind) if isinstance(kind, str) else None
     resolved = options.resolve_job(kind, payload, defaults=defaults, **given)
     known_kind(resolved.kind)
     fit_payload(resolved.kind, payload)
     resolved = with_limits(resolved, payload)
+    if edges:
+        (result,) = enqueue_dependent([resolved], [edges], using)
+        announce([resolved], [result])
+        return result
     params = {**resolved.as_params(), **wake_params()}
     if resolved.key is None:
         (row,) = fetchall(sql.INSERT_JOB, params, using)
@@ -61,7 +69,12 @@ def enqueue_many(
     jobs: Iterable[Mapping[str, Any]], on_conflict: str, using: str | None
 ) -> list[EnqueueResult]:
     """Validate and write many jobs; see JobManager.enqueue_many."""
-    batch = EnqueueBatch(options.validate_conflict_mode(on_conflict))
+    on_conflict = options.validate_conflict_mode(on_conflict)
+    if not isinstance(jobs, (list, tuple)):
+        jobs = list(jobs)
+    if any(isinstance(job, Mapping) and job.get("after") is not None for job in jobs):
+        return enqueue_many_dependent(jobs, using)
+    batch = EnqueueBatch(on_conflict)
     documents = batch.documents(jobs)
     first = next(documents, None)  # the first document's jobs, validated
     if first is None:
@@ -77,6 +90,25 @@ def enqueue_many(
             chunks = write_documents(itertools.chain([document], rest), using)
     results = batch.results(chunks)
     announce(batch.jobs, results)
+    return results
+
+
+def enqueue_many_dependent(
+    jobs: Sequence[Mapping[str, Any]], using: str | None
+) -> list[EnqueueResult]:
+    """enqueue_many for jobs of which some have parents (S29): one statement for all."""
+    resolver = BatchResolver()
+    resolved: list[options.ResolvedJob] = []
+    edges = []
+    for index, job in enumerate(jobs):
+        try:
+            job_resolved, _ = resolver.resolve(job)
+            edges.append(resolve_after(job.get("after")))
+        except InvalidJobOption as error:
+            raise type(error)(f"jobs[{index}]: {error}") from None
+        resolved.append(job_resolved)
+    results = enqueue_dependent(resolved, edges, using)
+    announce(resolved, results)
     return results
 
 
@@ -241,6 +273,7 @@ ENQUEUE_MANY_KEYS: Final = frozenset(
         "expires",
         "result_retention",
         "timeout",
+        "after",
     }
 )
 
@@ -278,7 +311,7 @@ class BatchResolver:
         given = tuple(
             (name, type(value), value)
             for name, value in job.items()
-            if name != "payload" and name != "key"
+            if name != "payload" and name != "key" and name != "after"
         )
         try:
             template, head = self._resolved[given]

@@ -17,7 +17,8 @@ from django_pgjobs.claims import Failure, JobHandle
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
-from django_pgjobs.managers import claiming
+from django_pgjobs.dependencies import Edge
+from django_pgjobs.managers import claiming, workflows
 from django_pgjobs.managers import enqueue as enqueueing
 from django_pgjobs.managers.queues import limited_queues
 from django_pgjobs.options import UNSET
@@ -64,6 +65,7 @@ class JobManager(models.Manager["Job"]):
         expires: float | timedelta | None = UNSET,
         result_retention: float | timedelta | None = UNSET,
         timeout: float | timedelta | None = UNSET,
+        after: Iterable[Any] | None = None,
         using: str | None = None,
     ) -> EnqueueResult:
         """Write one job in the caller's transaction (S1), merging by key (S3).
@@ -71,6 +73,10 @@ class JobManager(models.Manager["Job"]):
         Options left out come from the kind's @job decorator, then the queue's settings,
         then the app defaults (S2). Inside `transaction.atomic()` the job exists if and
         only if that transaction commits; workers are woken at commit (S23).
+
+        With `after` (ids, enqueue results, `Parent(job, on_failure=)`), the job waits
+        for every parent to end (S29) and dies with a dying one unless on_failure="run"
+        (S30). A job with parents has no key.
 
         Returns:
             EnqueueResult(id, inserted): `inserted` is False when merged into a live job.
@@ -83,6 +89,7 @@ class JobManager(models.Manager["Job"]):
             payload,
             on_conflict,
             using,
+            after,
             queue=queue,
             key=key,
             priority=priority,
@@ -104,8 +111,9 @@ class JobManager(models.Manager["Job"]):
     ) -> list[EnqueueResult]:
         """Write many jobs in one statement (S5), with the same rules as `enqueue`.
 
-        Each job is a mapping of `enqueue`'s arguments (`kind` required). Jobs sharing a
-        (kind, key) merge in order, as if enqueued one after another. Nothing is written
+        Each job is a mapping of `enqueue`'s arguments (`kind` required; with `after`,
+        the batch is one statement, without keys). Jobs sharing a (kind, key) merge in
+        order, as if enqueued one after another. Nothing is written
         when any job is invalid. A batch of more than ENQUEUE_CHUNK jobs (or of more than
         ENQUEUE_DOCUMENT_BYTES of rows) is sent as several statements in one pipeline,
         inside one transaction (a savepoint in the caller's).
@@ -114,6 +122,18 @@ class JobManager(models.Manager["Job"]):
             One EnqueueResult per job, in the order given.
         """
         return enqueueing.enqueue_many(jobs, on_conflict, using)
+
+    def enqueue_workflow(
+        self,
+        jobs: Sequence[options.ResolvedJob],
+        edges: Sequence[Sequence[Edge]],
+        *,
+        using: str | None = None,
+    ) -> list[EnqueueResult]:
+        """Write resolved jobs and their edges in one statement (S29), for `workflow()`."""
+        results = workflows.enqueue_dependent(jobs, edges, using)
+        enqueueing.announce(jobs, results)
+        return results
 
     # Claim -------------------------------------------------------------------------
 
@@ -190,7 +210,9 @@ class JobManager(models.Manager["Job"]):
             "errors_kept": pgjobs_settings.ERRORS_KEPT,
             **db.wake_params(),
         }
-        ((requeued, dead, promoted, _woken),) = db.fetchall(sql.RESCUE_LAPSED_JOBS, params, using)
+        ((requeued, dead, promoted, _woken, _dependents),) = db.fetchall(
+            sql.RESCUE_LAPSED_JOBS, params, using
+        )
         return RescueResult(requeued=int(requeued), dead=int(dead), promoted=int(promoted))
 
     def claim_one(
@@ -221,6 +243,8 @@ class JobManager(models.Manager["Job"]):
             results = [None] * len(handles)
         if len(results) != len(handles):
             raise ValueError("ack_batch needs one result per handle.")
+        pairs = workflows.in_id_order(zip(handles, results, strict=True))
+        handles, results = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
         alias = _batch_alias(handles)
         encoded = [encode_result(result) for result in results]
         params = {
@@ -254,6 +278,7 @@ class JobManager(models.Manager["Job"]):
     ) -> int:
         if not retries:
             return 0
+        retries = workflows.in_id_order(retries)
         handles = [handle for handle, _, _ in retries]
         alias = _batch_alias(handles)
         delays = [_retry_delay(handle, delay) for handle, _, delay in retries]
@@ -281,6 +306,7 @@ class JobManager(models.Manager["Job"]):
         error is the reason, verbatim. Returns how many claims were current."""
         if not failures:
             return 0
+        failures = workflows.in_id_order(failures)
         handles = [handle for handle, _ in failures]
         alias = _batch_alias(handles)
         params = {
@@ -408,11 +434,17 @@ class JobManager(models.Manager["Job"]):
         alias = db.alias(using)
         live = self.using(alias).filter(pk=job_id).values().first()
         if live is not None:
-            return JobRecord.of(dict(live))
-        dead = DeadJob.objects.using(alias).filter(pk=job_id).values().first()
-        if dead is not None:
-            return JobRecord.of({**dead, "state": "dead"})
-        return None
+            values: dict[str, Any] = dict(live)
+        else:
+            dead = DeadJob.objects.using(alias).filter(pk=job_id).values().first()
+            if dead is None:
+                return None
+            values = {**dead, "state": "dead"}
+        return JobRecord.of(workflows.with_dependencies(values, alias))
+
+    def parent_results(self, handle: JobHandle) -> dict[int, Any]:
+        """The results of `handle`'s job's parents that are done, by id (S29)."""
+        return workflows.parent_results(handle.id, handle.using)
 
     def running(
         self, queues: Sequence[str] | None = None, *, limit: int = 50, using: str | None = None
@@ -522,12 +554,12 @@ class JobManager(models.Manager["Job"]):
         Returns (dead-lettered, triggers promoted).
         """
         params = {"limit": limit, "errors_kept": pgjobs_settings.ERRORS_KEPT, **db.wake_params()}
-        ((dead, promoted),) = db.fetchall(sql.SWEEP_EXPIRED, params, using)
+        ((dead, promoted, _dependents),) = db.fetchall(sql.SWEEP_EXPIRED, params, using)
         return int(dead), int(promoted)
 
     def prune_done(self, limit: int, *, using: str | None = None) -> int:
         """Delete up to `limit` done jobs whose result retention has ended (S24)."""
-        return db.rowcount(sql.PRUNE_DONE, {"limit": limit}, using)
+        return int(db.fetchall(sql.PRUNE_DONE, {"limit": limit}, using)[0][0])
 
     def try_sweep_lock(self, *, using: str | None = None) -> bool:
         """Take the sweeper's turn for the current transaction (False: another has it)."""

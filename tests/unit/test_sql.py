@@ -12,7 +12,15 @@ from django.db import connection, transaction
 from psycopg import sql as pgsql
 
 from django_pgjobs.db import sql
-from django_pgjobs.models import DeadJob, Job, JobStats, QueueControl, RateClaim, Schedule
+from django_pgjobs.models import (
+    DeadJob,
+    Dependency,
+    Job,
+    JobStats,
+    QueueControl,
+    RateClaim,
+    Schedule,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -191,6 +199,21 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "LIMIT_LOCK_WAIT": {"timeout": "2000ms"},
     "RETIRE_SCHEDULES": {"names": ["s"]},
     "PROBE_LISTENER": {"channel": "pgjobs", "token": "pgjobs-probe:x"},
+    "END_PARENTS_FUNCTION": {},
+    "DROP_END_PARENTS_FUNCTION": {},
+    "LOCK_PARENTS": {"parents": [1, 2]},
+    "PARENT_STANDING": {"parents": [1, 2]},
+    "ENQUEUE_DEPENDENT_JOBS": {
+        "jobs": '[["default", "demo.t", 0, null, null, 3, 30, null, null, null, null, null,'
+        " null, null, null, {}], "
+        '["default", "demo.t", 0, null, null, 3, 30, null, null, null, null, null,'
+        " null, null, null, {}]]",
+        "edges": '[[2, null, 1, "cancel", "open"], [2, 999999999, null, "run", "done"]]',
+        **WAKE,
+    },
+    "REVIVE_DEPENDENTS": {"id": 1},
+    "PARENT_RESULTS": {"id": 1},
+    "JOB_DEPENDENCIES": {"id": 1},
 }
 # Statements formatted with identifiers (psycopg.sql) before they run.
 IDENTIFIERS = {"LISTEN_CHANNEL": {"channel": "pgjobs"}}
@@ -207,6 +230,7 @@ TABLELESS = {
     "PLAN_KEYED_CLAIM",
     "TERMINATE_BACKENDS",
     "PROBE_LISTENER",
+    "DROP_END_PARENTS_FUNCTION",
 }
 
 
@@ -233,7 +257,7 @@ def test_statement_names_only_the_models_tables_and_opens_with_a_comment(name: s
     assert statement.lstrip().startswith("-- ")
     tables = set(re.findall(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(pgjobs_\w+)", statement))
     assert bool(tables) == (name not in TABLELESS)
-    models = (Job, DeadJob, JobStats, QueueControl, Schedule, RateClaim)
+    models = (Job, DeadJob, JobStats, QueueControl, Schedule, RateClaim, Dependency)
     assert tables <= {model._meta.db_table for model in models}
     assert Job._meta.db_table == sql.JOB_TABLE and DeadJob._meta.db_table == sql.DEAD_TABLE
 

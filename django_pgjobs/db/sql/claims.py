@@ -17,6 +17,8 @@ from django_pgjobs.db.sql.fragments import (
     CLAIM_PICKED,
     CLAIMABLE,
     COMMIT_MODE,
+    DEPENDENTS_OF_ACKED,
+    DEPENDENTS_OF_BURIED,
     KEPT_COLUMNS,
     KEPT_COLUMNS_OF_J,
     PROMOTE_RERUN,
@@ -196,9 +198,11 @@ woke AS (
     FROM (SELECT queue FROM requeued WHERE run_after <= now()
           UNION SELECT queue FROM promoted WHERE run_after <= now()) AS q
     WHERE %(notify)s
-)
+),
+{DEPENDENTS_OF_BURIED}
 SELECT (SELECT count(*) FROM requeued), (SELECT count(*) FROM dead),
-       (SELECT count(*) FROM promoted), (SELECT count(*) FROM woke)
+       (SELECT count(*) FROM promoted), (SELECT count(*) FROM woke),
+       (SELECT count(*) FROM dependents)
 """
 
 NEXT_DUE_IN = """
@@ -225,7 +229,8 @@ ACK_JOBS = f"""
 -- Complete claimed jobs whose claim is current (S12, S17): delete each, keep it as done
 -- with its result while it has result retention, or promote its pending trigger (S3).
 WITH target AS (
-    SELECT j.id, t.result, j.rerun_payload IS NOT NULL AS has_rerun, j.result_ttl_s
+    SELECT j.id, t.result, j.rerun_payload IS NOT NULL AS has_rerun, j.result_ttl_s,
+           j.has_children, j.has_parents
     FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[])
          AS t(id, token, result)
     CROSS JOIN LATERAL (
@@ -257,10 +262,11 @@ promoted AS (
 woke AS (
     SELECT pg_notify(%(channel)s, p.queue)
     FROM (SELECT DISTINCT queue FROM promoted WHERE %(notify)s AND run_after <= now()) AS p
-)
+),
+{DEPENDENTS_OF_ACKED}
 SELECT (SELECT count(*) FROM deleted) + (SELECT count(*) FROM kept)
        + (SELECT count(*) FROM promoted),
-       (SELECT count(*) FROM woke), {COMMIT_MODE}
+       (SELECT count(*) FROM woke) + (SELECT count(*) FROM dependents), {COMMIT_MODE}
 """
 
 RETRY_JOBS = f"""
@@ -320,9 +326,11 @@ dead AS (
 woke AS (
     SELECT pg_notify(%(channel)s, p.queue)
     FROM (SELECT DISTINCT queue FROM promoted WHERE %(notify)s AND run_after <= now()) AS p
-)
+),
+{DEPENDENTS_OF_BURIED}
 SELECT (SELECT count(*) FROM retried), (SELECT count(*) FROM promoted),
-       (SELECT count(*) FROM dead), (SELECT count(*) FROM woke), {COMMIT_MODE}
+       (SELECT count(*) FROM dead), (SELECT count(*) FROM woke) + (SELECT count(*) FROM dependents),
+       {COMMIT_MODE}
 """
 
 #: RETRY_JOBS for the worker's own record of a timed-out attempt (S33), whose handler
@@ -379,9 +387,10 @@ dead AS (
 woke AS (
     SELECT pg_notify(%(channel)s, p.queue)
     FROM (SELECT DISTINCT queue FROM promoted WHERE %(notify)s AND run_after <= now()) AS p
-)
-SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM promoted), (SELECT count(*) FROM woke),
-       {COMMIT_MODE}
+),
+{DEPENDENTS_OF_BURIED}
+SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM promoted),
+       (SELECT count(*) FROM woke) + (SELECT count(*) FROM dependents), {COMMIT_MODE}
 """
 
 RELEASE_JOBS = f"""

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from django_pgjobs.db.sql.fragments import ON_LIVE_KEY
+from django_pgjobs.db.sql.fragments import EDGES_OF_PRUNED, ON_LIVE_KEY
 
 REQUEUE_DEAD_JOB = f"""
 -- Move a dead letter back to pending with a fresh attempt budget and no expiry; if its
 -- key has a live job, merge into that job instead (S3, replace) and drop the letter.
+-- A dependent requeued by itself runs without waiting for its parents again.
 WITH moved AS (
     DELETE FROM pgjobs_dead WHERE id = %(id)s RETURNING *
 ),
@@ -14,10 +15,10 @@ merged AS (
     INSERT INTO pgjobs_job AS job (
         id, queue, kind, key, state, priority, run_after, attempts, max_attempts, lease_s,
         payload, last_error, errors, result_ttl_s, created_at, timeout_s, progress,
-        limit_key, concurrency_limit, rate_limit, rate_period_s)
+        limit_key, concurrency_limit, rate_limit, rate_period_s, has_parents, has_children)
     SELECT id, queue, kind, key, 'pending', priority, now(), 0, max_attempts, lease_s,
            payload, last_error, errors, result_ttl_s, created_at, timeout_s, progress,
-           limit_key, concurrency_limit, rate_limit, rate_period_s
+           limit_key, concurrency_limit, rate_limit, rate_period_s, has_parents, has_children
     FROM moved
     {ON_LIVE_KEY}
     DO UPDATE SET
@@ -37,31 +38,43 @@ woke AS (
 SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
 """
 
-PRUNE_DEAD_IN_QUEUES = """
--- Delete up to %(limit)s dead letters of %(queues)s older than %(retention_s)s (S24).
-DELETE FROM pgjobs_dead
-WHERE id IN (
-    SELECT id FROM pgjobs_dead
-    WHERE queue = ANY(%(queues)s::text[])
-      AND died_at < now() - make_interval(secs => %(retention_s)s::float8)
-    ORDER BY died_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
+PRUNE_DEAD_IN_QUEUES = f"""
+-- Delete up to %(limit)s dead letters of %(queues)s older than %(retention_s)s (S24),
+-- and their edges (S29). Returns how many.
+WITH pruned AS (
+    DELETE FROM pgjobs_dead
+    WHERE id IN (
+        SELECT id FROM pgjobs_dead
+        WHERE queue = ANY(%(queues)s::text[])
+          AND died_at < now() - make_interval(secs => %(retention_s)s::float8)
+        ORDER BY died_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING id, has_parents
+),
+{EDGES_OF_PRUNED}
+SELECT count(*) FROM pruned
 """
 
-PRUNE_DEAD_OUTSIDE_QUEUES = """
+PRUNE_DEAD_OUTSIDE_QUEUES = f"""
 -- Delete up to %(limit)s dead letters of queues other than %(queues)s older than
--- %(retention_s)s (S24): the default retention, for queues without their own.
-DELETE FROM pgjobs_dead
-WHERE id IN (
-    SELECT id FROM pgjobs_dead
-    WHERE queue <> ALL(%(queues)s::text[])
-      AND died_at < now() - make_interval(secs => %(retention_s)s::float8)
-    ORDER BY died_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
+-- %(retention_s)s (S24): the default retention, for queues without their own; and
+-- their edges (S29). Returns how many.
+WITH pruned AS (
+    DELETE FROM pgjobs_dead
+    WHERE id IN (
+        SELECT id FROM pgjobs_dead
+        WHERE queue <> ALL(%(queues)s::text[])
+          AND died_at < now() - make_interval(secs => %(retention_s)s::float8)
+        ORDER BY died_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING id, has_parents
+),
+{EDGES_OF_PRUNED}
+SELECT count(*) FROM pruned
 """
 
 DEAD_QUEUE_NAMES = """

@@ -20,14 +20,15 @@ KEPT_COLUMNS = (
     "queue, kind, key, priority, run_after, attempts, max_attempts, lease_s, claimed_by,"
     " claimed_until, claimed_at, started_at, worker_id, expires_at, payload, result,"
     " rerun_after, rerun_payload, rerun_expires_at, result_ttl_s, created_at, timeout_s,"
-    " progress, limit_key, concurrency_limit, rate_limit, rate_period_s"
+    " progress, limit_key, concurrency_limit, rate_limit, rate_period_s, has_parents,"
+    " has_children"
 )
 KEPT_COLUMNS_OF_J = (
     "j.queue, j.kind, j.key, j.priority, j.run_after, j.attempts, j.max_attempts, j.lease_s,"
     " j.claimed_by, j.claimed_until, j.claimed_at, j.started_at, j.worker_id, j.expires_at,"
     " j.payload, j.result, j.rerun_after, j.rerun_payload, j.rerun_expires_at,"
     " j.result_ttl_s, j.created_at, j.timeout_s, j.progress, j.limit_key, j.concurrency_limit,"
-    " j.rate_limit, j.rate_period_s"
+    " j.rate_limit, j.rate_period_s, j.has_parents, j.has_children"
 )
 
 #: S3: a pending trigger replaces the run that just ended, whatever way it ended: same
@@ -122,3 +123,40 @@ flags AS (
 SELECT f.lapsed_waiting, f.keyed_waiting, c.*
 FROM flags AS f
 LEFT JOIN claimed AS c ON true"""
+
+#: S30 for a statement whose `buried` CTE returns the rows (`j.*`) it dead-lettered or
+#: deleted: their dependents die with them, or run, as each dependency says. Only rows
+#: that have children call the function (see workflows), so a job without any costs
+#: nothing here. The statement must read `dependents` for it to run.
+DEPENDENTS_OF_BURIED = """dependents AS (
+    SELECT pgjobs_end_parents('{}'::bigint[], '{}'::jsonb[], array_agg(b.id),
+                              %(channel)s, %(notify)s) AS moved
+    FROM buried AS b
+    WHERE b.has_children
+    HAVING count(*) > 0
+)"""
+
+#: S29 for ACK_JOBS, whose `target` holds the acked rows with their results: the
+#: parents' ends free their children (in this statement), and an acked child's own
+#: edges, whose parents' results it no longer needs, are deleted with its row (a
+#: retained one keeps them until it is pruned, for get_job). A rerun promoted (S3) is
+#: no end. Only rows with parents or children call the function, so an ack of jobs
+#: without any touches no table of dependencies.
+DEPENDENTS_OF_ACKED = """dependents AS (
+    SELECT pgjobs_end_parents(
+               coalesce(array_agg(t.id) FILTER (WHERE t.has_children), '{}'),
+               coalesce(array_agg(t.result) FILTER (WHERE t.has_children), '{}'),
+               '{}'::bigint[], %(channel)s, %(notify)s,
+               coalesce(array_agg(t.id) FILTER (WHERE t.has_parents
+                                                  AND t.result_ttl_s IS NULL), '{}')
+           ) AS moved
+    FROM target AS t
+    WHERE (t.has_children OR t.has_parents) AND NOT t.has_rerun
+    HAVING count(*) > 0
+)"""
+
+#: A pruned child's edges go with it; `pruned` returns the rows' id and has_parents.
+EDGES_OF_PRUNED = """edges AS (
+    DELETE FROM pgjobs_dependency AS d
+    WHERE d.child_id IN (SELECT p.id FROM pruned AS p WHERE p.has_parents)
+)"""

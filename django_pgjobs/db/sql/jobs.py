@@ -4,6 +4,8 @@ writes (S18), the sweeper's (S24), and the overview read along the partial index
 from __future__ import annotations
 
 from django_pgjobs.db.sql.fragments import (
+    DEPENDENTS_OF_BURIED,
+    EDGES_OF_PRUNED,
     KEPT_COLUMNS,
     KEPT_COLUMNS_OF_J,
     MERGE_INTO_LIVE_JOB,
@@ -56,14 +58,14 @@ SELECT id, inserted, created_at, (SELECT count(*) FROM woke) FROM merged
 # the order of options.ENQUEUE_ROW (the comments name them; a test holds the two to each
 # other). One parameter the server parses in C, where arrays of strings would be escaped
 # element by element client-side. Inserted in input order, so rows come back in it.
-_INSERT_DOCUMENT = """INSERT INTO pgjobs_job AS job (
-        queue, kind, key, state, priority, run_after, attempts, max_attempts, lease_s,
+#: The columns a document row fills, and their values read from a row `i.row` (what
+#: ENQUEUE_DEPENDENT_JOBS shares with _INSERT_DOCUMENT).
+DOCUMENT_COLUMNS = """queue, kind, key, priority, run_after, attempts, max_attempts, lease_s,
         expires_at, payload, errors, result_ttl_s, created_at, timeout_s, limit_key,
-        concurrency_limit, rate_limit, rate_period_s)
-    SELECT i.row ->> 0,  -- queue
+        concurrency_limit, rate_limit, rate_period_s"""
+DOCUMENT_VALUES = """i.row ->> 0,  -- queue
            i.row ->> 1,  -- kind
            i.row ->> 14,  -- key
-           'pending',
            (i.row ->> 2)::smallint,  -- priority
            coalesce(now() + make_interval(secs => (i.row ->> 3)::float8),  -- delay_s
                     (i.row ->> 4)::timestamptz,  -- run_after
@@ -80,7 +82,11 @@ _INSERT_DOCUMENT = """INSERT INTO pgjobs_job AS job (
            i.row ->> 13,  -- limit_key
            (i.row ->> 10)::int,  -- concurrency_limit
            (i.row ->> 11)::int,  -- rate_limit
-           (i.row ->> 12)::float8  -- rate_period_s
+           (i.row ->> 12)::float8  -- rate_period_s"""
+
+_INSERT_DOCUMENT = f"""INSERT INTO pgjobs_job AS job (
+        state, {DOCUMENT_COLUMNS})
+    SELECT 'pending', {DOCUMENT_VALUES}
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS i(row, n)
     ORDER BY i.n"""
 
@@ -120,11 +126,11 @@ SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
 # job's worker is told over NOTIFY, "pgjobs.cancel:<id>:<token>", delivered at commit.
 _CANCEL_TARGETS = """seen AS (
     SELECT j.id, j.state, j.claimed_by FROM pgjobs_job AS j
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state IN ('pending', 'running')
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state IN ('waiting', 'pending', 'running')
 ),
 waited AS (
     SELECT j.id FROM pgjobs_job AS j JOIN seen AS s ON s.id = j.id
-    WHERE s.state = 'pending' AND j.state IN ('pending', 'running')
+    WHERE s.state IN ('waiting', 'pending') AND j.state IN ('waiting', 'pending', 'running')
     FOR UPDATE OF j
 ),
 unheld AS (
@@ -167,8 +173,15 @@ CANCEL_JOB = f"""
 -- writes are refused. Returns the jobs deleted, and those told only (a transaction holds
 -- them: their worker dead-letters them as cancelled).
 WITH {_CANCEL_TARGETS},
-{_TELL_CANCELLED}
-SELECT (SELECT count(*) FROM buried), (SELECT count(*) FROM held), (SELECT count(*) FROM told)
+{_TELL_CANCELLED},
+{DEPENDENTS_OF_BURIED},
+edges AS (
+    -- A deleted child's edges go with it (S29).
+    DELETE FROM pgjobs_dependency AS d
+    WHERE d.child_id IN (SELECT b.id FROM buried AS b WHERE b.has_parents)
+)
+SELECT (SELECT count(*) FROM buried), (SELECT count(*) FROM held),
+       (SELECT count(*) FROM told) + (SELECT count(*) FROM dependents)
 """
 
 CANCEL_JOBS = f"""
@@ -182,8 +195,10 @@ dead AS (
     FROM buried AS j
     RETURNING id
 ),
-{_TELL_CANCELLED}
-SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM held), (SELECT count(*) FROM told)
+{_TELL_CANCELLED},
+{DEPENDENTS_OF_BURIED}
+SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM held),
+       (SELECT count(*) FROM told) + (SELECT count(*) FROM dependents)
 """
 
 READ_JOBS = f"""
@@ -252,20 +267,28 @@ promoted AS (
 woke AS (
     SELECT pg_notify(%(channel)s, p.queue)
     FROM (SELECT DISTINCT queue FROM promoted WHERE %(notify)s AND run_after <= now()) AS p
-)
-SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM promoted)
+),
+{DEPENDENTS_OF_BURIED}
+SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM promoted),
+       (SELECT count(*) FROM dependents)
 """
 
-PRUNE_DONE = """
--- Delete up to %(limit)s done jobs whose result retention has ended (S24).
-DELETE FROM pgjobs_job
-WHERE id IN (
-    SELECT id FROM pgjobs_job
-    WHERE state = 'done' AND purge_at <= now()
-    ORDER BY purge_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
+PRUNE_DONE = f"""
+-- Delete up to %(limit)s done jobs whose result retention has ended (S24), and their
+-- edges (S29). Returns how many.
+WITH pruned AS (
+    DELETE FROM pgjobs_job
+    WHERE id IN (
+        SELECT id FROM pgjobs_job
+        WHERE state = 'done' AND purge_at <= now()
+        ORDER BY purge_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING id, has_parents
+),
+{EDGES_OF_PRUNED}
+SELECT count(*) FROM pruned
 """
 
 LIVE_QUEUE_NAMES = """

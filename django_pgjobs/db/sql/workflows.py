@@ -1,0 +1,285 @@
+"""Statements on dependencies (S29, S30): jobs written `after=` others, and what a
+parent's end does to them.
+
+The rule that makes a dependency sound under concurrency: whoever writes a child locks
+its unfinished parents first (LOCK_PARENTS, which also marks them `has_children`), and
+whoever ends a parent holds that parent's row lock when it reads the parent's edges.
+Inside one statement, though, READ COMMITTED reads with the snapshot the statement
+started with, which may predate the child's commit the lock waited for. So the end of a
+parent is recorded by a VOLATILE function, `pgjobs_end_parents`, whose every statement
+reads with a fresh snapshot: called by the statement that ends the parent, after that
+statement locked the parent's row, it sees every child whose writer held that lock
+before. The function is installed by migration 0006 from END_PARENTS_FUNCTION.
+"""
+
+from __future__ import annotations
+
+from django_pgjobs.db.sql.fragments import KEPT_COLUMNS, KEPT_COLUMNS_OF_J
+from django_pgjobs.db.sql.jobs import DOCUMENT_COLUMNS, DOCUMENT_VALUES
+
+END_PARENTS_FUNCTION = f"""
+-- Install pgjobs_end_parents(done_ids, done_results, failed_ids, channel, notify,
+-- acked_children) (S29, S30): record that parents ended, and delete the edges of acked
+-- children (they no longer need their parents' results). A done parent's edges keep
+-- its result, and a child
+-- whose last parent it was becomes pending (woken). A dead or cancelled parent's
+-- children die with it as 'dependency failed: <id>' of the first job that died
+-- (transitively), unless their edge says on_failure = 'run', which counts as done.
+-- Returns the children moved (pending or dead). Each statement locks what it changes,
+-- and the next one reads with a fresh snapshot (see the module's docstring).
+CREATE OR REPLACE FUNCTION pgjobs_end_parents(
+    done_ids bigint[], done_results jsonb[], failed_ids bigint[], wake_channel text,
+    wake boolean, acked_children bigint[] DEFAULT '{{}}'
+) RETURNS integer
+LANGUAGE plpgsql VOLATILE
+AS $body$
+#variable_conflict use_column
+DECLARE
+    freed bigint[];
+    doomed bigint[];
+    doomed_by bigint[];
+    frontier bigint[] := coalesce(failed_ids, '{{}}');
+    roots bigint[] := coalesce(failed_ids, '{{}}');
+    moved integer := 0;
+    released integer;
+BEGIN
+    IF cardinality(acked_children) > 0 THEN
+        DELETE FROM pgjobs_dependency AS d WHERE d.child_id = ANY(acked_children);
+    END IF;
+    WITH ended AS (
+        UPDATE pgjobs_dependency AS d
+        SET ended = 'done', parent_result = r.result
+        FROM unnest(coalesce(done_ids, '{{}}'), coalesce(done_results, '{{}}'))
+             AS r(id, result)
+        WHERE d.parent_id = r.id AND d.ended IS NULL
+        RETURNING d.child_id
+    )
+    SELECT coalesce(array_agg(e.child_id), '{{}}') INTO freed FROM ended AS e;
+    LOOP
+        IF cardinality(freed) > 0 THEN
+            -- One fewer parent to wait for per edge ended; pending at none. The row
+            -- lock orders the parents of one child ending at once; each sees the last.
+            -- Children are locked in id order, so that parents of the same children
+            -- ending at once never deadlock.
+            WITH counted AS (
+                SELECT c.id, count(*)::int AS n FROM unnest(freed) AS c(id) GROUP BY c.id
+            ),
+            locked AS (
+                SELECT j.id FROM pgjobs_job AS j
+                WHERE j.id IN (SELECT id FROM counted) AND j.state = 'waiting'
+                ORDER BY j.id
+                FOR NO KEY UPDATE
+            ),
+            released_jobs AS (
+                UPDATE pgjobs_job AS j
+                SET parents_left = j.parents_left - c.n,
+                    state = CASE WHEN j.parents_left - c.n > 0 THEN 'waiting'
+                                 ELSE 'pending' END
+                FROM counted AS c
+                WHERE j.id = c.id AND j.id IN (SELECT id FROM locked) AND j.state = 'waiting'
+                RETURNING j.queue, j.state, j.run_after
+            ),
+            woke AS (
+                SELECT pg_notify(wake_channel, q.queue)
+                FROM (SELECT DISTINCT r.queue FROM released_jobs AS r
+                      WHERE r.state = 'pending' AND r.run_after <= now()) AS q
+                WHERE wake
+            )
+            SELECT (SELECT count(*) FROM released_jobs WHERE state = 'pending')
+                   + 0 * (SELECT count(*) FROM woke)
+            INTO released;
+            moved := moved + released;
+        END IF;
+        EXIT WHEN cardinality(frontier) = 0;
+        -- The edges out of the jobs that just died.
+        WITH ended AS (
+            UPDATE pgjobs_dependency AS d
+            SET ended = 'failed'
+            FROM unnest(frontier, roots) AS f(id, root)
+            WHERE d.parent_id = f.id AND d.ended IS NULL
+            RETURNING d.child_id, d.on_failure, f.root
+        )
+        SELECT coalesce(array_agg(e.child_id) FILTER (WHERE e.on_failure = 'cancel'), '{{}}'),
+               coalesce(array_agg(e.root) FILTER (WHERE e.on_failure = 'cancel'), '{{}}'),
+               coalesce(array_agg(e.child_id) FILTER (WHERE e.on_failure = 'run'), '{{}}')
+        INTO doomed, doomed_by, freed
+        FROM ended AS e;
+        -- Their dependents die with them; the next round takes theirs.
+        WITH fate AS (
+            SELECT d.id, min(d.root) AS root
+            FROM unnest(doomed, doomed_by) AS d(id, root)
+            GROUP BY d.id
+        ),
+        locked AS (
+            SELECT j.id FROM pgjobs_job AS j
+            WHERE j.id IN (SELECT id FROM fate) AND j.state = 'waiting'
+            ORDER BY j.id
+            FOR UPDATE
+        ),
+        buried AS (
+            DELETE FROM pgjobs_job AS j USING fate AS f
+            WHERE j.id = f.id AND j.id IN (SELECT id FROM locked) AND j.state = 'waiting'
+            RETURNING j.*, f.root AS doomed_by
+        ),
+        dead AS (
+            INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, died_at)
+            SELECT j.id, {KEPT_COLUMNS_OF_J}, j.last_error, j.errors,
+                   'dependency failed: ' || j.doomed_by, now()
+            FROM buried AS j
+            RETURNING id
+        )
+        SELECT coalesce(array_agg(b.id), '{{}}'), coalesce(array_agg(b.doomed_by), '{{}}')
+        INTO frontier, roots
+        FROM buried AS b;
+        moved := moved + cardinality(frontier);
+    END LOOP;
+    RETURN moved;
+END
+$body$
+"""
+
+DROP_END_PARENTS_FUNCTION = """
+-- Remove pgjobs_end_parents (migration 0006 reversed).
+DROP FUNCTION IF EXISTS pgjobs_end_parents(bigint[], jsonb[], bigint[], text, boolean, bigint[])
+"""
+
+LOCK_PARENTS = """
+-- Lock the unfinished jobs among %(parents)s for the rest of the transaction, in id
+-- order, and mark them as having children (S29): their end, which must wait for this
+-- lock, then finds the children this transaction writes. Returns the ids locked.
+UPDATE pgjobs_job AS j
+SET has_children = true
+FROM (
+    SELECT p.id FROM pgjobs_job AS p
+    WHERE p.id = ANY(%(parents)s::bigint[]) AND p.state IN ('waiting', 'pending', 'running')
+    ORDER BY p.id
+    FOR NO KEY UPDATE OF p
+) AS l
+WHERE j.id = l.id
+RETURNING j.id
+"""
+
+PARENT_STANDING = """
+-- Where each of %(parents)s stands (S29), read after LOCK_PARENTS in the same
+-- transaction: 'live' (not ended), 'done', 'dead' (with its reason), 'gone' (its id was
+-- handed out by the job table's sequence, and it is in neither table: it was acked or
+-- pruned), or 'unknown' (no job ever had that id).
+SELECT p.id,
+       CASE WHEN j.state = 'done' THEN 'done'
+            WHEN j.id IS NOT NULL THEN 'live'
+            WHEN d.id IS NOT NULL THEN 'dead'
+            WHEN p.id >= 1 AND p.id <= coalesce(pg_sequence_last_value(
+                pg_get_serial_sequence('pgjobs_job', 'id')::regclass), 0) THEN 'gone'
+            ELSE 'unknown' END,
+       d.reason
+FROM unnest(%(parents)s::bigint[]) AS p(id)
+LEFT JOIN pgjobs_job AS j ON j.id = p.id
+LEFT JOIN pgjobs_dead AS d ON d.id = p.id
+"""
+
+ENQUEUE_DEPENDENT_JOBS = f"""
+-- Insert jobs with dependencies in one statement (S29), in input order: each row of
+-- %(jobs)s as ENQUEUE_JOBS reads it; each edge of %(edges)s a JSON array [child row
+-- (1-based), parent id or null, parent row or null, on_failure, standing], a parent row
+-- being an earlier job of this document, and standing what PARENT_STANDING found
+-- ('open': not ended, the child waits for it; 'done'; 'failed': dead, on_failure
+-- 'run'). A job with an open edge is written waiting, the others pending (woken).
+WITH given AS (
+    SELECT i.row, i.n, nextval(pg_get_serial_sequence('pgjobs_job', 'id')) AS id
+    FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS i(row, n)
+),
+edges AS (
+    SELECT c.id AS child_id, coalesce((e.edge ->> 1)::bigint, p.id) AS parent_id,
+           e.edge ->> 3 AS on_failure, e.edge ->> 4 AS standing
+    FROM jsonb_array_elements(%(edges)s::jsonb) AS e(edge)
+    JOIN given AS c ON c.n = (e.edge ->> 0)::bigint
+    LEFT JOIN given AS p ON p.n = (e.edge ->> 2)::bigint
+),
+inserted AS (
+    INSERT INTO pgjobs_job AS job (
+        id, state, parents_left, has_parents, has_children, {DOCUMENT_COLUMNS})
+    SELECT i.id, CASE WHEN w.open > 0 THEN 'waiting' ELSE 'pending' END, w.open,
+           w.edges > 0, EXISTS (SELECT 1 FROM edges AS e WHERE e.parent_id = i.id),
+           {DOCUMENT_VALUES}
+    FROM given AS i
+    CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE e.standing = 'open') AS open, count(*) AS edges
+        FROM edges AS e WHERE e.child_id = i.id
+    ) AS w
+    ORDER BY i.n
+    RETURNING job.id, job.queue, job.state = 'pending' AND job.run_after <= now() AS runnable
+),
+recorded AS (
+    INSERT INTO pgjobs_dependency (child_id, parent_id, on_failure, ended, parent_result)
+    SELECT e.child_id, e.parent_id, e.on_failure, nullif(e.standing, 'open'),
+           (SELECT j.result FROM pgjobs_job AS j
+            WHERE j.id = e.parent_id AND j.state = 'done' AND e.standing = 'done')
+    FROM edges AS e
+),
+woke AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE %(notify)s AND runnable) AS q
+)
+SELECT g.id, (SELECT count(*) FROM woke) FROM given AS g ORDER BY g.n
+"""
+
+REVIVE_DEPENDENTS = f"""
+-- Bring back the dependents the death of the requeued job %(id)s took with it (S30):
+-- every dead letter 'dependency failed: %(id)s' reachable by its edges, waiting again
+-- for the parents whose end is not recorded; the edges from %(id)s and from each other
+-- are open again. Locking every edge of theirs first makes a parent ending at the same
+-- moment either count here or find them live.
+WITH RECURSIVE lost (id) AS (
+    SELECT x.id
+    FROM pgjobs_dependency AS d
+    JOIN pgjobs_dead AS x ON x.id = d.child_id
+    WHERE d.parent_id = %(id)s AND x.reason = 'dependency failed: ' || %(id)s
+    UNION
+    SELECT x.id
+    FROM lost AS l
+    JOIN pgjobs_dependency AS d ON d.parent_id = l.id
+    JOIN pgjobs_dead AS x ON x.id = d.child_id
+    WHERE x.reason = 'dependency failed: ' || %(id)s
+),
+reopened AS (
+    UPDATE pgjobs_dependency AS d
+    SET ended = CASE WHEN d.parent_id = %(id)s OR d.parent_id IN (SELECT id FROM lost)
+                     THEN NULL ELSE d.ended END,
+        parent_result = CASE WHEN d.parent_id = %(id)s
+                                  OR d.parent_id IN (SELECT id FROM lost)
+                             THEN NULL ELSE d.parent_result END
+    WHERE d.child_id IN (SELECT id FROM lost)
+    RETURNING d.child_id, d.ended
+),
+moved AS (
+    DELETE FROM pgjobs_dead AS x WHERE x.id IN (SELECT id FROM lost) RETURNING x.*
+),
+revived AS (
+    INSERT INTO pgjobs_job (id, state, parents_left, {KEPT_COLUMNS}, last_error, errors)
+    SELECT j.id, 'waiting',
+           (SELECT count(*) FROM reopened AS r WHERE r.child_id = j.id AND r.ended IS NULL),
+           {KEPT_COLUMNS_OF_J}, j.last_error, j.errors
+    FROM moved AS j
+    RETURNING id
+)
+SELECT count(*) FROM revived
+"""
+
+PARENT_RESULTS = """
+-- The results of a job's parents that are done (S29: ctx.parent_results()), by id.
+SELECT d.parent_id, d.parent_result
+FROM pgjobs_dependency AS d
+WHERE d.child_id = %(id)s AND d.ended = 'done'
+ORDER BY d.parent_id
+"""
+
+JOB_DEPENDENCIES = """
+-- A job's parents (with on_failure and whether and how each ended) and its children,
+-- for get_job and the admin.
+SELECT 'parent', d.parent_id, d.on_failure, d.ended
+FROM pgjobs_dependency AS d WHERE d.child_id = %(id)s
+UNION ALL
+SELECT 'child', d.child_id, d.on_failure, d.ended
+FROM pgjobs_dependency AS d WHERE d.parent_id = %(id)s
+ORDER BY 1 DESC, 2
+"""

@@ -1,0 +1,133 @@
+"""Dependencies (S29, S30): writing jobs `after=` others, and reading them back.
+
+Jobs with parents are written in one transaction (a savepoint in the caller's) of three
+statements: lock the unfinished parents (LOCK_PARENTS), read where the others stand
+(PARENT_STANDING, a fresh snapshot once the locks are held), then write every job and
+edge at once (ENQUEUE_DEPENDENT_JOBS). A locked parent cannot end before this
+transaction commits, and its end then sees the child (see db/sql/workflows.py); a parent
+that ended before is taken as it ended.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
+from django_pgjobs import exceptions
+from django_pgjobs.db import connection as db
+from django_pgjobs.db import sql
+from django_pgjobs.dependencies import Edge
+from django_pgjobs.options import ResolvedJob
+from django_pgjobs.records import EnqueueResult
+
+Entry = TypeVar("Entry", bound=tuple[Any, ...])
+
+#: What ENQUEUE_DEPENDENT_JOBS calls a parent, by what PARENT_STANDING found ("live"
+#: parents are the ones LOCK_PARENTS locked; "dead" depends on on_failure).
+STANDING_OF = {"done": "done", "gone": "done"}
+
+
+def enqueue_dependent(
+    jobs: Sequence[ResolvedJob], edges: Sequence[Sequence[Edge]], using: str | None
+) -> list[EnqueueResult]:
+    """Write `jobs`, each after its `edges`, in one statement and one transaction.
+
+    Raises:
+        InvalidDependency: a parent that names no job, a dead parent without
+            on_failure="run", a keyed job; nothing is written.
+    """
+    for index, job in enumerate(jobs):
+        if job.key is not None:
+            where = f"jobs[{index}]: " if len(jobs) > 1 else ""
+            raise exceptions.InvalidDependency(
+                f"{where}A job written with after= or in a workflow cannot have a key "
+                f"(key={job.key!r}): a waiting job is outside the live key index. "
+                "Nothing was written."
+            )
+    parents = sorted({edge.parent_id for row in edges for edge in row if edge.parent_id})
+    with db.atomic(using):
+        standing = _standing(parents, using)
+        rows = []
+        for child, row in enumerate(edges, start=1):
+            for edge in row:
+                rows.append(
+                    [
+                        child,
+                        edge.parent_id,
+                        None if edge.parent_row is None else edge.parent_row + 1,
+                        edge.on_failure,
+                        "open" if edge.parent_id is None else _edge_standing(edge, standing),
+                    ]
+                )
+        params = {
+            "jobs": "[" + ",".join(job.as_json_row() for job in jobs) + "]",
+            "edges": json.dumps(rows),
+            **db.wake_params(),
+        }
+        written = db.fetchall(sql.ENQUEUE_DEPENDENT_JOBS, params, using)
+    return [EnqueueResult(id=row[0], inserted=True) for row in written]
+
+
+def _standing(parents: list[int], using: str | None) -> dict[int, tuple[str, str | None]]:
+    """Each parent's standing: "open" for the unfinished ones, now locked; else what
+    PARENT_STANDING reads once the locks are held."""
+    if not parents:
+        return {}
+    locked = {row[0] for row in db.fetchall(sql.LOCK_PARENTS, {"parents": parents}, using)}
+    standing: dict[int, tuple[str, str | None]] = dict.fromkeys(locked, ("open", None))
+    rest = [parent for parent in parents if parent not in locked]
+    if rest:
+        for parent, where, reason in db.fetchall(sql.PARENT_STANDING, {"parents": rest}, using):
+            standing[parent] = (where, reason)
+    return standing
+
+
+def _edge_standing(edge: Edge, standing: dict[int, tuple[str, str | None]]) -> str:
+    assert edge.parent_id is not None
+    where, reason = standing[edge.parent_id]
+    if where == "open":
+        return "open"
+    if where in STANDING_OF:
+        return STANDING_OF[where]
+    if where == "dead":
+        if edge.on_failure == "run":
+            return "failed"
+        raise exceptions.InvalidDependency(
+            f"Parent job {edge.parent_id} is a dead letter ({reason}): requeue it first, or "
+            "name it as Parent(job, on_failure='run'). Nothing was written."
+        )
+    if where == "live":  # requeued between the lock and the read: not locked
+        raise exceptions.InvalidDependency(
+            f"Parent job {edge.parent_id} came back to life while this job was written "
+            "(a requeue); try again. Nothing was written."
+        )
+    raise exceptions.InvalidDependency(f"No job has the id {edge.parent_id}. Nothing was written.")
+
+
+def parent_results(job_id: int, using: str | None) -> dict[int, Any]:
+    """The results of a job's parents that are done, by parent id (S29)."""
+    rows = db.fetchall(sql.PARENT_RESULTS, {"id": job_id}, using)
+    return {parent: db.json_value(result) for parent, result in rows}
+
+
+def with_dependencies(values: dict[str, Any], using: str | None) -> dict[str, Any]:
+    """A job's row values with its parents' and children's ids, if it has any."""
+    if values["has_parents"] or values["has_children"]:
+        rows = db.fetchall(sql.JOB_DEPENDENCIES, {"id": values["id"]}, using)
+        values["parents"] = tuple(other for side, other, _, _ in rows if side == "parent")
+        values["children"] = tuple(other for side, other, _, _ in rows if side == "child")
+    return values
+
+
+def revive_dependents(job_id: int, using: str | None) -> int:
+    """Bring back to waiting the dependents the death of `job_id` took (S30)."""
+    ((revived,),) = db.fetchall(sql.REVIVE_DEPENDENTS, {"id": job_id}, using)
+    return int(revived)
+
+
+def in_id_order(entries: Iterable[Entry]) -> list[Entry]:
+    """`entries` (each a tuple starting with a handle) by job id: the order in which an
+    enqueue locks the parents it names (LOCK_PARENTS), so that a statement ending some
+    of them at the same moment cannot deadlock with it."""
+    return sorted(entries, key=lambda entry: entry[0].id)

@@ -1,0 +1,42 @@
+"""Dependencies (S29) with `manage.py runjobs` for real: kill -9 of the worker running a
+child's last parent loses nothing, and the child runs once, after that parent."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from django_pgjobs.models import Job
+from tests import jobs
+from tests.helpers import count, execute, row
+from tests.spawn import Workers, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def test_s29_kill_9_of_the_worker_running_the_last_parent_still_frees_the_child_once(
+    workers: Workers,
+) -> None:
+    first = jobs.record.enqueue(label="first")
+    last = jobs.slow_first.using(lease=2).enqueue(seconds=60)
+    child = Job.objects.enqueue("tests.record", {"label": "child"}, after=[first, last])
+    doomed = workers.start("--concurrency", "2")
+    wait_for(
+        lambda: count("tests_note", "text = 'start'") == 1 and row(first.id) is None,
+        what="the first parent done and the last one started",
+    )
+    assert row(child.id, "state", "parents_left") == ("waiting", 1)
+    doomed.signal(signal.SIGKILL)
+    doomed.wait(10)
+    assert row(child.id, "state") == ("waiting",)
+    rescuer = workers.start("--concurrency", "2", "--poll-interval", "0.5")
+    wait_for(lambda: count() == 0, timeout=30, what="the last parent and the child to run")
+    rescuer.signal(signal.SIGTERM)
+    assert rescuer.wait(30) == 0
+    notes = execute("SELECT job_id, text, attempt FROM tests_note ORDER BY id")
+    assert notes[-1] == (child.id, "child", 1)  # once, after every parent's run
+    assert sorted(notes[:-1]) == sorted(
+        [(first.id, "first", 1), (last.id, "start", 1), (last.id, "start", 2)]
+    )
+    assert count("pgjobs_dead") == 0 and count("pgjobs_dependency") == 0
