@@ -27,7 +27,7 @@ def scalar(statement: str, params: Any = None) -> Any:
     return rows[0][0] if rows else None
 
 
-JSON_COLUMNS = frozenset({"payload", "result", "errors", "rerun_payload"})
+JSON_COLUMNS = frozenset({"payload", "result", "errors", "rerun_payload", "progress"})
 
 
 def row(job_id: int, *columns: str, table: str = "pgjobs_job") -> tuple[Any, ...] | None:

@@ -126,6 +126,17 @@ class Workers:
             process.close()
 
 
+def listening_workers() -> int:
+    """How many worker subprocesses LISTEN now (each then takes wake-ups; a worker
+    connects its LISTEN line before its first claim)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND query LIKE %s",
+            [WORKER_APPLICATION_NAME, "%LISTEN %"],
+        )
+        return int(cursor.fetchone()[0])
+
+
 def wait_for(condition, timeout: float = 30, interval: float = 0.05, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while True:

@@ -12,7 +12,7 @@ import pytest
 from django_pgjobs.models import Job
 from tests.concurrency.test_limits import most_at_once, most_in_a_window, tenant_intervals
 from tests.helpers import count, execute
-from tests.spawn import Workers, wait_for
+from tests.spawn import Workers, listening_workers, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -20,16 +20,19 @@ WORKERS = 4
 
 
 def start(workers: Workers) -> None:
+    """Start the workers and wait until every one listens: the jobs enqueued next are
+    shared among them, not all taken by the first one up."""
     for _ in range(WORKERS):
         workers.start("--queue", "tenants", "--concurrency", "4", "--poll-interval", "0.2")
+    wait_for(lambda: listening_workers() == WORKERS, timeout=60, what="every worker listening")
 
 
 def test_s34_four_processes_never_run_more_than_the_limit_of_one_key(workers: Workers) -> None:
+    start(workers)
     Job.objects.enqueue_many(
         [{"kind": "tests.tenant", "payload": {"tenant": "a", "seconds": 0.03}}] * 120
         + [{"kind": "tests.tenant", "payload": {"tenant": "b", "seconds": 0.03}}] * 60
     )
-    start(workers)
     wait_for(lambda: count() == 0, timeout=90, what="every tenant job done")
     intervals = tenant_intervals()
     assert {tenant: len(runs) for tenant, runs in intervals.items()} == {"a": 120, "b": 60}
@@ -40,13 +43,13 @@ def test_s34_four_processes_never_run_more_than_the_limit_of_one_key(workers: Wo
 
 
 def test_s34_a_big_tenant_does_not_hold_back_a_hundred_others(workers: Workers) -> None:
+    start(workers)
     Job.objects.enqueue_many(
         [{"kind": "tests.tenant", "payload": {"tenant": "big", "seconds": 0.05}}] * 2000
     )
     Job.objects.enqueue_many(
         [{"kind": "tests.tenant", "payload": {"tenant": f"t{n}"}} for n in range(100)]
     )
-    start(workers)
     wait_for(
         lambda: count(where="limit_key <> 'tenant:big'") == 0,
         timeout=60,
@@ -56,8 +59,8 @@ def test_s34_a_big_tenant_does_not_hold_back_a_hundred_others(workers: Workers) 
 
 
 def test_s35_four_processes_admit_a_keys_rate_and_no_more(workers: Workers) -> None:
-    Job.objects.enqueue_many([{"kind": "tests.rated", "payload": {"key": "api"}}] * 20)
     start(workers)
+    Job.objects.enqueue_many([{"kind": "tests.rated", "payload": {"key": "api"}}] * 20)
     wait_for(lambda: count() == 0, timeout=60, what="every rated job done")
     from datetime import datetime
 

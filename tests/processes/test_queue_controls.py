@@ -16,7 +16,7 @@ import pytest
 from django_pgjobs.models import Job, QueueControl
 from tests import jobs
 from tests.helpers import count, execute, other_connection, wait_until
-from tests.spawn import Workers, wait_for
+from tests.spawn import Workers, listening_workers, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,7 +53,7 @@ class TestPause:
     ) -> None:
         QueueControl.objects.pause("mail")
         process = workers.start("--queue", "mail", "--poll-interval", "30")
-        wait_until(listening, timeout=20)
+        wait_until(lambda: listening_workers() > 0, timeout=20)
         for label in ("a", "b", "c"):
             jobs.record.using(queue="mail").enqueue(label=label)
         time.sleep(1.0)  # every enqueue woke it; a paused queue gave it nothing
@@ -72,15 +72,6 @@ class TestPause:
         time.sleep(1.5)  # three poll intervals
         assert count("tests_note") == 1, process.output()
         assert count(where="queue = 'mail' AND state = 'pending'") == 1
-
-
-def listening() -> bool:
-    """True once a worker subprocess LISTENs (it then takes wake-ups)."""
-    rows = execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgjobs-test-worker'"
-        " AND query LIKE '%%LISTEN %%'"
-    )
-    return bool(rows[0][0])
 
 
 class TestLimit:
