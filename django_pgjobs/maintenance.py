@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from django.db import transaction
 
 from django_pgjobs.conf import pgjobs_settings
-from django_pgjobs.models import DeadJob, Job, JobStats
+from django_pgjobs.models import DeadJob, Job, JobStats, Worker
 
 logger = logging.getLogger("django_pgjobs.maintenance")
 
@@ -102,6 +102,9 @@ class Sweeper:
         def prune_stats() -> int:
             return JobStats.objects.prune(limit, using=using)
 
+        def prune_workers() -> int:
+            return Worker.objects.prune(limit, using=using)
+
         def prune_dead_of(queue: str, retention_s: int) -> Callable[[], int]:
             return lambda: DeadJob.objects.prune_in_queues([queue], retention_s, limit, using=using)
 
@@ -117,6 +120,7 @@ class Sweeper:
             (None, rescue_lapsed),
             ("done_pruned", prune_done),
             (None, prune_stats),
+            (None, prune_workers),
         ]
         for queue in configured:
             retention = pgjobs_settings.queue_options(queue).dead_retention_s

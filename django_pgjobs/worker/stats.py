@@ -7,7 +7,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from django_pgjobs.claims import LOST, RETRIED, SUCCEEDED, Outcome, Verdict
+from django_pgjobs.claims import CANCELLED, LOST, RETRIED, SUCCEEDED, Outcome, Verdict
 from django_pgjobs.models import JobStats
 
 logger = logging.getLogger("django_pgjobs.worker")
@@ -38,8 +38,12 @@ class WorkerStats:
         return self.succeeded + self.retried + self.dead + self.cancelled + self.lost
 
 
+#: Where an ending is counted (anything else is a dead letter).
+_COLUMN = {SUCCEEDED: 0, RETRIED: 1, CANCELLED: 3}
+
+
 class MinuteCounts:
-    """Per queue, the jobs finished, retried and dead-lettered since the last write to
+    """Per queue, the jobs finished, retried, dead-lettered and cancelled since the last write to
     `pgjobs_stats`, written every STATS_INTERVAL_S (and once at the end)."""
 
     def __init__(self, using: str) -> None:
@@ -54,15 +58,15 @@ class MinuteCounts:
             return
         counts = self._counts.get(outcome.handle.queue)
         if counts is None:
-            counts = self._counts[outcome.handle.queue] = [0, 0, 0]
-        counts[0 if ended == SUCCEEDED else 1 if ended == RETRIED else 2] += 1
+            counts = self._counts[outcome.handle.queue] = [0, 0, 0, 0]
+        counts[_COLUMN.get(ended, 2)] += 1
 
     def write(self, now: float, *, final: bool = False) -> None:
         """Write the counts if they are due (`final`: whatever the time)."""
         if not self._counts or (now < self._next_at and not final):
             return
         self._next_at = now + STATS_INTERVAL_S
-        counts = {queue: (c[0], c[1], c[2]) for queue, c in self._counts.items()}
+        counts = {queue: (c[0], c[1], c[2], c[3]) for queue, c in self._counts.items()}
         self._counts = {}
         try:
             JobStats.objects.record(counts, using=self.using)

@@ -19,6 +19,7 @@ from django_pgjobs.db.sql import (
     schedules,
     session,
     stats,
+    workers,
 )
 from django_pgjobs.db.sql.claims import *  # noqa: F403
 from django_pgjobs.db.sql.claims import claim_jobs
@@ -30,6 +31,7 @@ from django_pgjobs.db.sql.queues import *  # noqa: F403
 from django_pgjobs.db.sql.schedules import *  # noqa: F403
 from django_pgjobs.db.sql.session import *  # noqa: F403
 from django_pgjobs.db.sql.stats import *  # noqa: F403
+from django_pgjobs.db.sql.workers import *  # noqa: F403
 
 JOB_TABLE = "pgjobs_job"
 DEAD_TABLE = "pgjobs_dead"
@@ -37,7 +39,18 @@ DEAD_TABLE = "pgjobs_dead"
 #: Every statement, by name: the managers' whole vocabulary.
 STATEMENTS: dict[str, str] = {
     name: value
-    for module in (claims, dead, jobs, limits, listen, queues, schedules, session, stats)
+    for module in (
+        claims,
+        dead,
+        jobs,
+        limits,
+        listen,
+        queues,
+        schedules,
+        session,
+        stats,
+        workers,
+    )
     for name, value in vars(module).items()
     if name.isupper() and isinstance(value, str) and value.lstrip().startswith("--")
 }
