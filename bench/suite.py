@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench import long
+from bench import console, long
 from bench.harness import WORKER_APP_NAME, Database, Figure, WorkerProcess, wait_for
 
 
@@ -187,12 +187,17 @@ def drain_ceiling(database: Database, n: int) -> float:
 
 
 def timed_drain(
-    database: Database, n: int, processes: int, args: tuple[str, ...], remaining: int = 0
+    database: Database,
+    n: int,
+    processes: int,
+    args: tuple[str, ...],
+    remaining: int = 0,
+    env: dict[str, str] | None = None,
 ) -> float:
     """Run `n` runnable no-op jobs (already in the table) with `runjobs --burst` (or
     `--max-jobs`, leaving `remaining` behind); return jobs per second."""
     flags = () if "--max-jobs" in args else ("--burst",)
-    workers = [WorkerProcess(database, *flags, *args) for _ in range(processes)]
+    workers = [WorkerProcess(database, *flags, *args, env=env) for _ in range(processes)]
     try:
         for worker in workers:
             worker.wait(timeout=max(600, n / 500))
@@ -714,4 +719,6 @@ BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
     "cancel": long.cancel,
     "async": long.async_handlers,
     "keyed": long.keyed,
+    "console": console.pages,
+    "registry": console.registry_drain,
 }

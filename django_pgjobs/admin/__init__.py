@@ -9,6 +9,6 @@ permission, and every action says what it did.
 
 from __future__ import annotations
 
-from django_pgjobs.admin import jobs, queues, workers
+from django_pgjobs.admin import dashboard, jobs, queues, workers
 
-__all__ = ["jobs", "queues", "workers"]
+__all__ = ["dashboard", "jobs", "queues", "workers"]

@@ -59,16 +59,16 @@ CHART_SERIES = (
 )
 
 
-def throughput_chart(buckets: int = 60, bucket_min: int = 1) -> SafeString:
+def throughput_chart(buckets: int = 60, bucket_min: int = 1, height: int = 150) -> SafeString:
     """Jobs done, retried, dead-lettered and cancelled per bucket, as stacked bars in
     an inline SVG with a time axis, a count axis and a legend."""
     series = JobStats.objects.throughput(buckets, bucket_min=bucket_min)
-    return render_chart(series, bucket_min)
+    return render_chart(series, bucket_min, height)
 
 
-def render_chart(series: list[ThroughputPoint], bucket_min: int) -> SafeString:
-    width, height, left, bottom, top = 640, 150, 36, 20, 8
-    plot_w, plot_h = width - left - 8, height - bottom - top
+def render_chart(series: list[ThroughputPoint], bucket_min: int, height: int) -> SafeString:
+    width, left, bottom, top = 640, 36, 20, 8
+    plot_w, plot_h = width - left - 24, height - bottom - top
     peak = max([sum(getattr(p, f) for f, _, _ in CHART_SERIES) for p in series] + [1])
     scale = _nice_ceiling(peak)
     step = plot_w / max(len(series), 1)

@@ -25,7 +25,6 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.text import Truncator
 
 from django_pgjobs import labels, registry
 from django_pgjobs.admin.common import (
@@ -204,7 +203,7 @@ class ReadOnlyJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return refused
         context = {
             "glance": glance(),
-            "chart": throughput_chart(),
+            "chart": throughput_chart(height=100),
             "title": self.model._meta.verbose_name_plural.capitalize(),
         }
         return super().changelist_view(request, {**(extra_context or {}), **context})
@@ -223,8 +222,14 @@ class ReadOnlyJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         obj = self.get_object(request, object_id)
         buttons = []
         if obj is not None and self.may_act(request):
+            info = self.model._meta.app_label, self.model._meta.model_name
             buttons = [
-                {"name": name, "label": label, "help": help_text}
+                {
+                    "name": name,
+                    "label": label,
+                    "help": help_text,
+                    "url": reverse("admin:{}_{}_act".format(*info), args=[obj.pk, name]),
+                }
                 for name, label, help_text in self.buttons
                 if self.button_applies(name, obj)
                 and (name != "delete" or self.has_delete_permission(request))
@@ -407,7 +412,7 @@ class JobAdmin(ReadOnlyJobAdmin):
 
     @admin.display(description="key", ordering="key")
     def key_short(self, obj: Job) -> str:
-        return Truncator(obj.key or "").chars(24)
+        return _shortened(obj.key or "", 24)
 
     @admin.display(description="state", ordering="state")
     def state_and_progress(self, obj: Job) -> SafeString:
@@ -421,7 +426,7 @@ class JobAdmin(ReadOnlyJobAdmin):
 
     @admin.display(description="worker", ordering="worker_id")
     def worker_short(self, obj: Job) -> str:
-        return Truncator(obj.worker_id or "").chars(28)
+        return _shortened(obj.worker_id or "", 28)
 
     @admin.display(description="run after", ordering="run_after")
     def runs(self, obj: Job) -> str:
@@ -523,12 +528,12 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
 
     @admin.display(description="reason", ordering="reason")
     def reason_short(self, obj: DeadJob) -> str:
-        return Truncator(obj.reason).chars(40)
+        return _shortened(obj.reason, 40)
 
     @admin.display(description="last error")
     def last_error_line(self, obj: DeadJob) -> str:
         first = (obj.last_error or "").strip().splitlines()
-        return Truncator(first[0]).chars(60) if first else ""
+        return _shortened(first[0], 60) if first else ""
 
     @admin.action(description="Requeue (back to pending, attempts reset)", permissions=["change"])
     def requeue(self, request: HttpRequest, queryset: QuerySet[DeadJob]) -> None:
@@ -537,3 +542,9 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
         if result.merged:
             message += f", {result.merged} merged into a live job"
         self.message_user(request, message + ".", messages.SUCCESS)
+
+
+def _shortened(text: str, length: int) -> str:
+    """`text`, cut to `length` characters with an ellipsis (a list shows 50 rows: plain
+    slicing, not Truncator's per-call regular expressions)."""
+    return text if len(text) <= length else text[: length - 1] + "…"

@@ -130,7 +130,7 @@ class QueueControlAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return refused
         if request.method == "POST" and request.POST.get("action"):
             self._make_selected_rows(request)
-        context = {"glance": glance(), "chart": throughput_chart(), "title": "Queues"}
+        context = {"glance": glance(), "chart": throughput_chart(height=100), "title": "Queues"}
         return super().changelist_view(request, {**(extra_context or {}), **context})
 
     def _make_selected_rows(self, request: HttpRequest) -> None:
@@ -201,6 +201,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "runs",
     )
     list_filter = ("enabled", "declared")
+    change_list_template = "admin/django_pgjobs/plain_change_list.html"
     search_fields = ("name", "kind")
     actions = ("enable", "disable", "run_now")
     ordering = ("name",)

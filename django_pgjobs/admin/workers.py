@@ -18,10 +18,11 @@ from django.http import (
 )
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.safestring import SafeString
 
 from django_pgjobs import labels
 from django_pgjobs.admin.common import (
+    humane_time,
     refuse_action,
     refuse_bad_params,
 )
@@ -39,13 +40,11 @@ class WorkerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "id",
         "liveness",
         "queues_served",
-        "concurrency",
         "running_now",
         "succeeded",
         "failed",
         "seen",
-        "started_at",
-        "version",
+        "started",
     )
     list_filter = ("host",)
     search_fields = ("id",)
@@ -85,10 +84,14 @@ class WorkerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def queues_served(self, obj: Worker) -> str:
         return ", ".join(obj.queues or [])
 
-    @admin.display(description="running")
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: Worker) -> str:
+        return f"{humane_time(obj.started_at)} (version {obj.version})"
+
+    @admin.display(description="running (of its slots)")
     def running_now(self, obj: Worker) -> SafeString:
         if worker_state(obj) != "live":
-            return mark_safe("-")
+            return format_html("- (of {})", obj.concurrency)
         ids = list(
             Job.objects.filter(state=JobState.RUNNING, worker_id=obj.id)
             .order_by("id")
@@ -102,8 +105,11 @@ class WorkerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 for job_id, kind in ids
             ),
         )
-        more = obj.running - len(ids)
-        return format_html("{} {}{}", obj.running, links, f" and {more} more" if more > 0 else "")
+        more_n = obj.running - len(ids)
+        more = f" and {more_n} more" if more_n > 0 else ""
+        if not ids:
+            return format_html("{} of {}", obj.running, obj.concurrency)
+        return format_html("{} of {}: {}{}", obj.running, obj.concurrency, links, more)
 
     @admin.display(description="last seen", ordering="-last_seen_at")
     def seen(self, obj: Worker) -> str:

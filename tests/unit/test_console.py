@@ -179,6 +179,7 @@ def test_the_buttons_of_a_job_page_do_what_they_say(
 ) -> None:
     page = admin_client.get(job_page(jobs["keyed"])).content.decode()
     assert 'name="pgjobs-run_now"' in page and 'name="pgjobs-cancel"' in page
+    assert f'action="{act("job", jobs["keyed"], "run_now")}"' in page  # absolute, not relative
     running = admin_client.get(job_page(jobs["running"])).content.decode()
     assert 'name="pgjobs-run_now"' not in running  # only a pending job can run now
 
