@@ -443,26 +443,25 @@ class JobAdmin(ReadOnlyJobAdmin):
 
     @admin.action(description="Cancel (dead-letter as cancelled)", permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
-        ids = list(queryset.values_list("id", flat=True))
+        ids = list(queryset.order_by("id").values_list("id", flat=True))
         if request.POST.get("confirmed") != "yes":
-            return TemplateResponse(
+            return confirmation(
+                self,
                 request,
-                "admin/django_pgjobs/cancel_confirmation.html",
-                {
-                    **self.admin_site.each_context(request),
-                    "title": "Cancel jobs?",
-                    "opts": self.model._meta,
-                    "jobs": queryset.order_by("id")[:100],
-                    "count": len(ids),
-                    "ids": ids,
-                    "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-                },
+                queryset,
+                ids,
+                action="cancel",
+                title="Cancel jobs?",
+                explanation="Each moves to the dead letters with the reason cancelled; a "
+                "running one's handler is told and can no longer record anything. A "
+                "cancelled job can be requeued from the dead letters.",
+                button="Yes, cancel them",
             )
-        cancelled = Job.objects.cancel_many(ids)
+        cancelled = sum(Job.objects.cancel_many(batch) for batch in in_batches(ids))
         skipped = len(ids) - cancelled
-        message = f"{cancelled} {jobs_word(cancelled)} cancelled"
+        message = f"{cancelled:,} {jobs_word(cancelled)} cancelled"
         if skipped:
-            message += f", {skipped} skipped (already finished)"
+            message += f", {skipped:,} skipped (already finished)"
         self.message_user(request, message + ".", messages.SUCCESS)
         return None
 
@@ -536,12 +535,76 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
         return _shortened(first[0], 60) if first else ""
 
     @admin.action(description="Requeue (back to pending, attempts reset)", permissions=["change"])
-    def requeue(self, request: HttpRequest, queryset: QuerySet[DeadJob]) -> None:
-        result = DeadJob.objects.requeue(list(queryset.values_list("id", flat=True)))
-        message = f"{result.requeued} {jobs_word(result.requeued)} requeued"
-        if result.merged:
-            message += f", {result.merged} merged into a live job"
+    def requeue(self, request: HttpRequest, queryset: QuerySet[DeadJob]) -> HttpResponse | None:
+        ids = list(queryset.order_by("id").values_list("id", flat=True))
+        if all_matching(request) and request.POST.get("confirmed") != "yes":
+            return confirmation(
+                self,
+                request,
+                queryset,
+                ids,
+                action="requeue",
+                title="Requeue dead letters?",
+                explanation="Each goes back to pending with fresh attempts; one whose key "
+                "has a live job is merged into it.",
+                button="Yes, requeue them",
+            )
+        requeued = merged = 0
+        for batch in in_batches(ids):
+            result = DeadJob.objects.requeue(batch)
+            requeued, merged = requeued + result.requeued, merged + result.merged
+        message = f"{requeued:,} {jobs_word(requeued)} requeued"
+        if merged:
+            message += f", {merged:,} merged into a live job"
         self.message_user(request, message + ".", messages.SUCCESS)
+        return None
+
+
+#: Jobs per statement when an action applies to every job matching the filter.
+ACTION_BATCH = 1000
+
+
+def in_batches(ids: list[int], size: int = ACTION_BATCH) -> list[list[int]]:
+    """`ids` in lists of at most `size`, so that no statement holds a million locks."""
+    return [ids[start : start + size] for start in range(0, len(ids), size)]
+
+
+def all_matching(request: HttpRequest) -> bool:
+    """Whether the action is for every row matching the list's filter ("select all")."""
+    return request.POST.get("select_across") == "1"
+
+
+def confirmation(
+    model_admin: admin.ModelAdmin,  # type: ignore[type-arg]
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    ids: list[int],
+    *,
+    action: str,
+    title: str,
+    explanation: str,
+    button: str,
+) -> TemplateResponse:
+    """The page that states how many jobs an action is about to change, and asks."""
+    across = all_matching(request)
+    return TemplateResponse(
+        request,
+        "admin/django_pgjobs/action_confirmation.html",
+        {
+            **model_admin.admin_site.each_context(request),
+            "title": title,
+            "opts": model_admin.model._meta,
+            "action": action,
+            "explanation": explanation,
+            "button": button,
+            "jobs": queryset.order_by("id")[:20],
+            "count": len(ids),
+            "select_across": across,
+            # All matching: the page's own selection only says "there was one".
+            "ids": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME) if across else ids,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        },
+    )
 
 
 def _shortened(text: str, length: int) -> str:

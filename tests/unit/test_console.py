@@ -296,3 +296,33 @@ def test_hostile_query_strings_get_a_400_or_a_list_never_a_500(
     assert response.status_code in (200, 302, 400), (name, value, response.status_code)
     if response.status_code == 400:
         assert "NUL" in response.content.decode() or "too long" in response.content.decode()
+
+
+def test_requeue_all_matching_the_filter_asks_with_the_count_then_goes_in_batches(
+    admin_client: Client, jobs: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_pgjobs.admin import jobs as job_admin
+
+    monkeypatch.setattr(job_admin, "ACTION_BATCH", 2)
+    url = f"{DEAD}?reason=other"  # the filter, and a page selection of one of them
+    for extra in range(5):
+        Job.objects.enqueue("ops.task", {"extra": extra}, queue="ops", max_attempts=2)
+        Job.objects.claim_one("ops", "w").fail(f"said no {extra}")
+    chosen = {"action": "requeue", "_selected_action": [jobs["custom"]], "select_across": "1"}
+    confirm = admin_client.post(url, chosen)
+    assert confirm.status_code == 200
+    assert "Requeue 6 jobs, every one matching the list's filter?" in confirm.content.decode()
+    assert count("pgjobs_dead") == 11  # nothing happened yet
+    done = admin_client.post(url, {**chosen, "confirmed": "yes"}, follow=True)
+    assert "6 jobs requeued." in done.content.decode()
+    assert count("pgjobs_dead") == 5 and count("pgjobs_dead", "reason = 'failed'") == 1
+
+
+def test_cancel_all_matching_the_filter_states_the_count(
+    admin_client: Client, jobs: dict[str, int]
+) -> None:
+    chosen = {"action": "cancel", "_selected_action": [jobs["report"]], "select_across": "1"}
+    confirm = admin_client.post(f"{JOBS}?queue=billing", chosen)
+    assert "Cancel 2 jobs, every one matching" in confirm.content.decode()
+    admin_client.post(f"{JOBS}?queue=billing", {**chosen, "confirmed": "yes"})
+    assert count(where="queue = 'billing'") == 0 and count() == 1
