@@ -280,7 +280,8 @@ QUEUE_OVERVIEW = """
 -- exactly in one pass (there are at most as many as the workers' slots); the age of
 -- the oldest runnable job in seconds, by the database clock; then the pending jobs that
 -- were tried before (retrying) and the done ones (retained results), capped the same.
-WITH running AS (
+-- MATERIALIZED: the running count is one pass for every queue, not one per queue.
+WITH running AS MATERIALIZED (
     SELECT j.queue, count(*) AS n
     FROM pgjobs_job AS j
     WHERE j.state = 'running' AND j.queue = ANY(%(queues)s::text[])
