@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from django.db import transaction
 
 from django_pgjobs.conf import pgjobs_settings
-from django_pgjobs.models import DeadJob, Job, JobStats, Worker
+from django_pgjobs.models import DeadJob, Job, JobStats, KindStats, Worker
 
 logger = logging.getLogger("django_pgjobs.maintenance")
 
@@ -100,7 +100,9 @@ class Sweeper:
             return Job.objects.prune_done(limit, using=using)
 
         def prune_stats() -> int:
-            return JobStats.objects.prune(limit, using=using)
+            return JobStats.objects.prune(limit, using=using) + KindStats.objects.prune(
+                limit, using=using
+            )
 
         def prune_workers() -> int:
             return Worker.objects.prune(limit, using=using)

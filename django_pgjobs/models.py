@@ -17,6 +17,7 @@ from django_pgjobs.managers import (
     DeadJobManager,
     JobManager,
     JobStatsManager,
+    KindStatsManager,
     QueueControlManager,
     ScheduleManager,
     WorkerManager,
@@ -289,6 +290,31 @@ class JobStats(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}@{self.minute:%H:%M}"
+
+
+class KindStats(models.Model):
+    """Per minute and kind: runs, and histograms of their queue wait (run_after to
+    claimed_at, both on the database clock) and run time, kept by the workers for the
+    dashboard's percentiles. Bucket i counts values up to LATENCY_BUCKETS_S[i] seconds
+    (the last: any longer); the sweeper drops minutes older than a day."""
+
+    minute = models.DateTimeField()
+    kind = models.CharField(max_length=KIND_MAX_LENGTH)
+    runs = models.IntegerField(db_default=0)
+    wait_hist = models.JSONField(help_text="Runs per queue-wait bucket (a list of counts).")
+    run_hist = models.JSONField(help_text="Runs per run-time bucket (a list of counts).")
+
+    objects: ClassVar[KindStatsManager] = KindStatsManager()
+
+    class Meta:
+        db_table = "pgjobs_kind_stats"
+        verbose_name_plural = "kind stats"
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            models.UniqueConstraint(fields=["minute", "kind"], name="pgjobs_kind_stats_minute_kind")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}@{self.minute:%H:%M}"
 
 
 class Dashboard(JobStats):

@@ -205,3 +205,16 @@ class WorkerStatus:
     failed: int
     live: bool
     seen_s_ago: float
+
+
+@dataclass(frozen=True, slots=True)
+class KindLatency:
+    """One kind's runs over a span, and its queue wait and run time at p50 and p95, each
+    the upper bound of a histogram bucket in seconds (None: no run)."""
+
+    kind: str
+    runs: int
+    wait_p50_s: float | None
+    wait_p95_s: float | None
+    run_p50_s: float | None
+    run_p95_s: float | None

@@ -7,13 +7,16 @@ import json
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.http import (
     HttpRequest,
     HttpResponse,
     HttpResponseBadRequest,
     HttpResponseRedirect,
 )
+from django.template.response import TemplateResponse
 from django.utils import formats, timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.functional import cached_property
@@ -158,3 +161,50 @@ def job_id_of(object_id: str) -> int:
 
 def jobs_word(count: int) -> str:
     return "job" if count == 1 else "jobs"
+
+
+#: Jobs per statement when an action applies to every job matching the filter.
+ACTION_BATCH = 1000
+
+
+def in_batches(ids: list[int], size: int = ACTION_BATCH) -> list[list[int]]:
+    """`ids` in lists of at most `size`, so that no statement holds a million locks."""
+    return [ids[start : start + size] for start in range(0, len(ids), size)]
+
+
+def all_matching(request: HttpRequest) -> bool:
+    """Whether the action is for every row matching the list's filter ("select all")."""
+    return request.POST.get("select_across") == "1"
+
+
+def confirmation(
+    model_admin: admin.ModelAdmin,  # type: ignore[type-arg]
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    ids: list[int],
+    *,
+    action: str,
+    title: str,
+    explanation: str,
+    button: str,
+) -> TemplateResponse:
+    """The page that states how many jobs an action is about to change, and asks."""
+    across = all_matching(request)
+    return TemplateResponse(
+        request,
+        "admin/django_pgjobs/action_confirmation.html",
+        {
+            **model_admin.admin_site.each_context(request),
+            "title": title,
+            "opts": model_admin.model._meta,
+            "action": action,
+            "explanation": explanation,
+            "button": button,
+            "jobs": queryset.order_by("id")[:20],
+            "count": len(ids),
+            "select_across": across,
+            # All matching: the page's own selection only says "there was one".
+            "ids": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME) if across else ids,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        },
+    )

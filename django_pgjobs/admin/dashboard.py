@@ -20,8 +20,8 @@ from django.views.decorators.cache import never_cache
 from django_pgjobs import labels
 from django_pgjobs.admin.glance import queue_links, throughput_chart
 from django_pgjobs.managers.workers import unserved_queues
-from django_pgjobs.models import Dashboard, Job, QueueControl, Worker
-from django_pgjobs.records import Count, QueueStatus
+from django_pgjobs.models import Dashboard, Job, KindStats, QueueControl, Worker
+from django_pgjobs.records import Count, KindLatency, QueueStatus
 
 #: Seconds between two refreshes of the dashboard's numbers.
 REFRESH_S = 5
@@ -105,6 +105,10 @@ def dashboard_data() -> dict[str, Any]:
             "registered": len(fragments["workers"]),
         },
         "unserved": fragments["unserved"],
+        "kinds": [
+            {key: value for key, value in row.items() if not key.endswith("_label")}
+            for row in fragments["kinds"]
+        ],
         "html": {
             "queues": render_to_string(
                 "admin/django_pgjobs/dashboard_queues.html", {"counts": COUNTS, **fragments}
@@ -112,6 +116,7 @@ def dashboard_data() -> dict[str, Any]:
             "workers": render_to_string(
                 "admin/django_pgjobs/dashboard_workers.html", {"counts": COUNTS, **fragments}
             ),
+            "kinds": render_to_string("admin/django_pgjobs/dashboard_kinds.html", fragments),
             "hour": str(fragments["hour"]),
             "day": str(fragments["day"]),
         },
@@ -131,6 +136,7 @@ def dashboard_fragments() -> dict[str, Any]:
         "unserved": unserved_queues(queues, workers),
         "hour": throughput_chart(60, 1),
         "day": throughput_chart(96, 15),
+        "kinds": [kind_row(latency) for latency in KindStats.objects.latency(60)],
     }
 
 
@@ -192,6 +198,27 @@ def total_row(queues: list[QueueStatus]) -> dict[str, Any]:
         ],
         "oldest_runnable": labels.age(totals["oldest_runnable_s"]),
     }
+
+
+def kind_row(latency: KindLatency) -> dict[str, Any]:
+    """A kind's last hour: its runs, and its queue wait and run time at p50 and p95."""
+    row: dict[str, Any] = {"kind": latency.kind, "runs": latency.runs}
+    for name in ("wait_p50_s", "wait_p95_s", "run_p50_s", "run_p95_s"):
+        seconds = getattr(latency, name)
+        row[name] = None if seconds is None or seconds == float("inf") else seconds
+        row[f"{name}_label"] = latency_label(seconds)
+    return row
+
+
+def latency_label(seconds: float | None) -> str:
+    """A histogram bound as a person reads it: "≤ 25 ms", "≤ 2.5 s", "> 1 h"."""
+    if seconds is None:
+        return "-"
+    if seconds == float("inf"):
+        return "> 1 h"
+    if seconds < 1:
+        return f"≤ {seconds * 1000:g} ms"
+    return f"≤ {labels.age(seconds)}" if seconds >= 60 else f"≤ {seconds:g} s"
 
 
 def _count_label(value: Count, status: QueueStatus, field: str) -> str:

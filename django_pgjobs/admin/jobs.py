@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.db.models import (
     DurationField,
     ExpressionWrapper,
@@ -21,7 +20,6 @@ from django.http import (
     HttpResponseRedirect,
 )
 from django.shortcuts import get_object_or_404
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
@@ -30,8 +28,11 @@ from django_pgjobs import labels, registry
 from django_pgjobs.admin.common import (
     JOB_ID_MAX,
     CappedCountPaginator,
+    all_matching,
+    confirmation,
     error_history,
     humane_time,
+    in_batches,
     job_id_of,
     jobs_word,
     latest_traceback,
@@ -558,53 +559,6 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
             message += f", {merged:,} merged into a live job"
         self.message_user(request, message + ".", messages.SUCCESS)
         return None
-
-
-#: Jobs per statement when an action applies to every job matching the filter.
-ACTION_BATCH = 1000
-
-
-def in_batches(ids: list[int], size: int = ACTION_BATCH) -> list[list[int]]:
-    """`ids` in lists of at most `size`, so that no statement holds a million locks."""
-    return [ids[start : start + size] for start in range(0, len(ids), size)]
-
-
-def all_matching(request: HttpRequest) -> bool:
-    """Whether the action is for every row matching the list's filter ("select all")."""
-    return request.POST.get("select_across") == "1"
-
-
-def confirmation(
-    model_admin: admin.ModelAdmin,  # type: ignore[type-arg]
-    request: HttpRequest,
-    queryset: QuerySet[Any],
-    ids: list[int],
-    *,
-    action: str,
-    title: str,
-    explanation: str,
-    button: str,
-) -> TemplateResponse:
-    """The page that states how many jobs an action is about to change, and asks."""
-    across = all_matching(request)
-    return TemplateResponse(
-        request,
-        "admin/django_pgjobs/action_confirmation.html",
-        {
-            **model_admin.admin_site.each_context(request),
-            "title": title,
-            "opts": model_admin.model._meta,
-            "action": action,
-            "explanation": explanation,
-            "button": button,
-            "jobs": queryset.order_by("id")[:20],
-            "count": len(ids),
-            "select_across": across,
-            # All matching: the page's own selection only says "there was one".
-            "ids": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME) if across else ids,
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-        },
-    )
 
 
 def _shortened(text: str, length: int) -> str:

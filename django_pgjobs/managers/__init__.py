@@ -12,13 +12,14 @@ from django_pgjobs.managers.dead import DeadJobManager
 from django_pgjobs.managers.jobs import JobManager
 from django_pgjobs.managers.queues import QueueControlManager
 from django_pgjobs.managers.schedules import ScheduleManager
-from django_pgjobs.managers.stats import JobStatsManager
+from django_pgjobs.managers.stats import JobStatsManager, KindStatsManager
 from django_pgjobs.managers.workers import WorkerManager
 
 __all__ = [
     "DeadJobManager",
     "JobManager",
     "JobStatsManager",
+    "KindStatsManager",
     "QueueControlManager",
     "ScheduleManager",
     "WorkerManager",

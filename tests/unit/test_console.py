@@ -303,7 +303,9 @@ def test_requeue_all_matching_the_filter_asks_with_the_count_then_goes_in_batche
 ) -> None:
     from django_pgjobs.admin import jobs as job_admin
 
-    monkeypatch.setattr(job_admin, "ACTION_BATCH", 2)
+    monkeypatch.setattr(
+        job_admin, "in_batches", lambda ids: [ids[i : i + 2] for i in range(0, len(ids), 2)]
+    )
     url = f"{DEAD}?reason=other"  # the filter, and a page selection of one of them
     for extra in range(5):
         Job.objects.enqueue("ops.task", {"extra": extra}, queue="ops", max_attempts=2)

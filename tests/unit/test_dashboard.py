@@ -8,7 +8,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from django_pgjobs.models import Job, JobStats, Worker
+from django_pgjobs.models import Job, JobStats, KindStats, Worker
 from tests.helpers import execute
 
 pytestmark = pytest.mark.django_db
@@ -74,7 +74,7 @@ def test_the_json_view_has_the_numbers_and_follows_the_queue(
     sync = next(q for q in data["queues"] if q["queue"] == "sync")
     assert (sync["runnable"], sync["retrying"], sync["running"], sync["dead"]) == (1, 1, 1, 1)
     assert data["totals"]["runnable"] == 2 and data["totals"]["runnable_estimated"] is False
-    assert set(data["html"]) == {"queues", "workers", "hour", "day"}
+    assert set(data["html"]) == {"queues", "workers", "kinds", "hour", "day"}
     assert data["workers"] == {"live": 0, "registered": 0}
     assert data["unserved"] == ["mail", "sync"]
     Job.objects.enqueue("mail.send", queue="mail")
@@ -120,3 +120,33 @@ def test_the_day_chart_sums_fifteen_minutes_per_bar() -> None:
     assert sum(p.cancelled for p in points) == 1
     with pytest.raises(ValueError, match="divide an hour"):
         JobStats.objects.throughput(10, bucket_min=7)
+
+
+def test_per_kind_percentiles_come_from_the_workers_histograms(admin_client: Client) -> None:
+    from django_pgjobs.managers.stats import LATENCY_BUCKETS_S, bucket_of
+
+    buckets = len(LATENCY_BUCKETS_S)
+
+    def histogram(*seconds: float) -> list[int]:
+        counts = [0] * buckets
+        for value in seconds:
+            counts[bucket_of(value)] += 1
+        return counts
+
+    waits = [0.002] * 90 + [3.0] * 10  # p50 in the 5 ms bucket, p95 in the 5 s one
+    runs = [0.2] * 50 + [0.7] * 50
+    KindStats.objects.record({"mail.send": (100, histogram(*waits[:60]), histogram(*runs[:60]))})
+    KindStats.objects.record({"mail.send": (0, histogram(*waits[60:]), histogram(*runs[60:]))})
+    [latency] = KindStats.objects.latency(60)
+    assert latency.runs == 100
+    assert (latency.wait_p50_s, latency.wait_p95_s) == (0.005, 5)
+    assert (latency.run_p50_s, latency.run_p95_s) == (0.25, 1)
+    page = admin_client.get(PAGE).content.decode()
+    assert 'data-kind="mail.send"' in page and "≤ 5 ms" in page and "≤ 250 ms" in page
+    row = admin_client.get(DATA).json()["kinds"][0]
+    assert row == {
+        "kind": "mail.send", "runs": 100, "wait_p50_s": 0.005, "wait_p95_s": 5,
+        "run_p50_s": 0.25, "run_p95_s": 1,
+    }  # fmt: skip
+    execute("UPDATE pgjobs_kind_stats SET minute = minute - interval '2 hours'")
+    assert KindStats.objects.latency(60) == []

@@ -16,6 +16,7 @@ from django_pgjobs.models import (
     DeadJob,
     Job,
     JobStats,
+    KindStats,
     QueueControl,
     RateClaim,
     Schedule,
@@ -180,6 +181,11 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     },
     "THROUGHPUT": {"buckets": 5, "bucket_min": 15},
     "PRUNE_STATS": {"limit": 10},
+    "RECORD_KIND_STATS": {
+        "kinds": '[{"kind": "k", "runs": 1, "wait": [1, 0], "run": [0, 1]}]',
+    },
+    "KIND_LATENCY": {"minutes": 60},
+    "PRUNE_KIND_STATS": {"limit": 10},
     "ROLE_PRIVILEGES": {},
     "BUSY_JOBS": {"queues": ["default"]},
     "DATABASE_CLOCK": {},
@@ -263,7 +269,7 @@ def test_statement_names_only_the_models_tables_and_opens_with_a_comment(name: s
     assert statement.lstrip().startswith("-- ")
     tables = set(re.findall(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(pgjobs_\w+)", statement))
     assert bool(tables) == (name not in TABLELESS)
-    models = (Job, DeadJob, JobStats, QueueControl, Schedule, RateClaim, Worker)
+    models = (Job, DeadJob, JobStats, KindStats, QueueControl, Schedule, RateClaim, Worker)
     assert tables <= {model._meta.db_table for model in models}
     assert Job._meta.db_table == sql.JOB_TABLE and DeadJob._meta.db_table == sql.DEAD_TABLE
 

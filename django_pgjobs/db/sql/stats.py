@@ -45,3 +45,43 @@ WHERE id IN (
     LIMIT %(limit)s
 )
 """
+
+RECORD_KIND_STATS = """
+-- Add a worker's runs per kind, and its queue-wait and run-time histograms (jsonb lists
+-- of counts), to the current minute of each kind, bucket by bucket.
+INSERT INTO pgjobs_kind_stats AS s (minute, kind, runs, wait_hist, run_hist)
+SELECT date_trunc('minute', now()), k.kind, k.runs, k.wait, k.run
+FROM jsonb_to_recordset(%(kinds)s::jsonb) AS k(kind text, runs int, wait jsonb, run jsonb)
+ON CONFLICT (minute, kind) DO UPDATE SET
+    runs = s.runs + excluded.runs,
+    wait_hist = (SELECT jsonb_agg(a.n::int + b.n::int ORDER BY i)
+                 FROM jsonb_array_elements_text(s.wait_hist) WITH ORDINALITY AS a(n, i)
+                 JOIN jsonb_array_elements_text(excluded.wait_hist) WITH ORDINALITY AS b(n, i)
+                      USING (i)),
+    run_hist = (SELECT jsonb_agg(a.n::int + b.n::int ORDER BY i)
+                FROM jsonb_array_elements_text(s.run_hist) WITH ORDINALITY AS a(n, i)
+                JOIN jsonb_array_elements_text(excluded.run_hist) WITH ORDINALITY AS b(n, i)
+                     USING (i))
+"""
+
+KIND_LATENCY = """
+-- Per kind over the last %(minutes)s minutes: each histogram bucket's total (queue wait,
+-- run time), one row per kind and bucket, in bucket order.
+SELECT s.kind, i, sum(w.n::int)::int, sum(r.n::int)::int
+FROM pgjobs_kind_stats AS s
+CROSS JOIN LATERAL jsonb_array_elements_text(s.wait_hist) WITH ORDINALITY AS w(n, i)
+JOIN LATERAL jsonb_array_elements_text(s.run_hist) WITH ORDINALITY AS r(n, i) USING (i)
+WHERE s.minute > date_trunc('minute', now()) - make_interval(mins => %(minutes)s)
+GROUP BY s.kind, i
+ORDER BY s.kind, i
+"""
+
+PRUNE_KIND_STATS = """
+-- Delete up to %(limit)s per-minute statistics of kinds older than a day.
+DELETE FROM pgjobs_kind_stats
+WHERE id IN (
+    SELECT id FROM pgjobs_kind_stats
+    WHERE minute < now() - interval '1 day'
+    LIMIT %(limit)s
+)
+"""

@@ -11,6 +11,7 @@
   var parts = {
     queues: "pgjobs-queues",
     workers: "pgjobs-workers",
+    kinds: "pgjobs-kinds",
     hour: "pgjobs-chart-hour",
     day: "pgjobs-chart-day"
   };
