@@ -13,13 +13,50 @@ TIME_ZONE = "UTC"
 DATABASES = {"default": database_settings(os.environ["DATABASE_URL"])}
 # Persistent connections, as production sites run them (and as preparing statements needs).
 DATABASES["default"]["CONN_MAX_AGE"] = 60
-INSTALLED_APPS = ["django.contrib.contenttypes", "django_pgjobs", "bench"]
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    # The admin, for the console benchmark (its dashboard and lists, as a browser asks).
+    "django.contrib.auth",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.admin",
+    "django_pgjobs",
+    "bench",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "bench.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+STATIC_URL = "static/"
+ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
 # Django's tasks framework on the queue (the tasks benchmark), with its default options.
 TASKS = {"default": {"BACKEND": "django_pgjobs.backend.PgJobsBackend"}}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # A worker started with PGJOBS_BENCH_NOTIFY=0 neither listens nor notifies (the cancel
 # benchmark's heartbeat-only case).
-PGJOBS = {"NOTIFY": os.environ.get("PGJOBS_BENCH_NOTIFY", "1") == "1"}
+# PGJOBS_BENCH_HEARTBEAT sets the worker registry's heartbeat (the console benchmark's
+# drain with the registry beating 50 times as often as by default, against almost never).
+PGJOBS = {
+    "NOTIFY": os.environ.get("PGJOBS_BENCH_NOTIFY", "1") == "1",
+    "WORKER_HEARTBEAT": float(os.environ.get("PGJOBS_BENCH_HEARTBEAT", "5")),
+}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench import long, plans, wake, workflows
+from bench import console, long, plans, wake, workflows
 from bench.harness import WORKER_APP_NAME, Database, Figure, WorkerProcess, wait_for
 
 
@@ -198,12 +198,17 @@ def drain_ceiling(database: Database, n: int, *, vacuum: bool) -> float:
 
 
 def timed_drain(
-    database: Database, n: int, processes: int, args: tuple[str, ...], remaining: int = 0
+    database: Database,
+    n: int,
+    processes: int,
+    args: tuple[str, ...],
+    remaining: int = 0,
+    env: dict[str, str] | None = None,
 ) -> float:
     """Run `n` runnable no-op jobs (already in the table) with `runjobs --burst` (or
     `--max-jobs`, leaving `remaining` behind); return jobs per second."""
     flags = () if "--max-jobs" in args else ("--burst",)
-    workers = [WorkerProcess(database, *flags, *args) for _ in range(processes)]
+    workers = [WorkerProcess(database, *flags, *args, env=env) for _ in range(processes)]
     try:
         for worker in workers:
             worker.wait(timeout=max(600, n / 500))
@@ -820,4 +825,6 @@ BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
     "async": long.async_handlers,
     "keyed": long.keyed,
     "workflows": workflows.workflows,
+    "console": console.pages,
+    "registry": console.registry_drain,
 }

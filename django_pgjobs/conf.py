@@ -136,6 +136,9 @@ class Settings:
     POLL_INTERVAL: float = 2.0
     #: Seconds in-flight jobs get to finish after SIGTERM before their claims go back.
     SHUTDOWN_GRACE: float = 30.0
+    #: Seconds between two heartbeats of a worker's row in the registry (the admin's
+    #: Workers, `jobsctl status`); a worker 3 heartbeats late shows as gone.
+    WORKER_HEARTBEAT: float = 5.0
 
     # Maintenance
     #: Rows moved or deleted per statement by the sweeper.
@@ -298,7 +301,7 @@ class Settings:
             )
         if not _is_int(self.PREFETCH) or self.PREFETCH < 0:
             raise ImproperlyConfigured("PGJOBS['PREFETCH'] must be a whole number >= 0.")
-        for name in ("POLL_INTERVAL",):
+        for name in ("POLL_INTERVAL", "WORKER_HEARTBEAT"):
             if seconds(getattr(self, name), f"PGJOBS[{name!r}]") <= 0:
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be positive.")
         for name in ("SHUTDOWN_GRACE", "SWEEP_INTERVAL"):

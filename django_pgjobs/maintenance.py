@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from django.db import transaction
 
 from django_pgjobs.conf import pgjobs_settings
-from django_pgjobs.models import DeadJob, Job, JobStats, QueueControl
+from django_pgjobs.models import DeadJob, Job, JobStats, KindStats, QueueControl, Worker
 
 logger = logging.getLogger("django_pgjobs.maintenance")
 
@@ -101,7 +101,12 @@ class Sweeper:
             return Job.objects.prune_done(limit, using=using)
 
         def prune_stats() -> int:
-            return JobStats.objects.prune(limit, using=using)
+            return JobStats.objects.prune(limit, using=using) + KindStats.objects.prune(
+                limit, using=using
+            )
+
+        def prune_workers() -> int:
+            return Worker.objects.prune(limit, using=using)
 
         def prune_rate_claims() -> int:
             return QueueControl.objects.prune_rate_claims(limit, using=using)
@@ -122,6 +127,7 @@ class Sweeper:
             ("done_pruned", prune_done),
             (None, prune_stats),
             (None, prune_rate_claims),
+            (None, prune_workers),
         ]
         for queue in configured:
             retention = pgjobs_settings.queue_options(queue).dead_retention_s

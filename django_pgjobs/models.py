@@ -17,8 +17,10 @@ from django_pgjobs.managers import (
     DeadJobManager,
     JobManager,
     JobStatsManager,
+    KindStatsManager,
     QueueControlManager,
     ScheduleManager,
+    WorkerManager,
 )
 from django_pgjobs.options import KIND_MAX_LENGTH, QUEUE_NAME_MAX_LENGTH
 from django_pgjobs.states import LIVE_STATES, JobState
@@ -191,6 +193,25 @@ class Job(JobColumns):
             models.Index(
                 fields=["purge_at"], name="pgjobs_job_purge", condition=Q(state=JobState.DONE)
             ),
+            # The dashboard's counts of retrying and done jobs per queue.
+            models.Index(
+                fields=["queue"],
+                name="pgjobs_job_retrying",
+                condition=Q(state=JobState.PENDING, attempts__gt=0),
+            ),
+            models.Index(
+                fields=["queue"], name="pgjobs_job_done", condition=Q(state=JobState.DONE)
+            ),
+            # The admin's search: a kind or a key by its start.
+            models.Index(
+                fields=["kind"], name="pgjobs_job_kind_prefix", opclasses=["text_pattern_ops"]
+            ),
+            models.Index(
+                fields=["key"],
+                name="pgjobs_job_key_prefix",
+                opclasses=["text_pattern_ops"],
+                condition=Q(key__isnull=False),
+            ),
         ]
         constraints: ClassVar[list[models.BaseConstraint]] = [
             # One live job per (kind, key): the enqueue's ON CONFLICT target.
@@ -236,6 +257,16 @@ class DeadJob(JobColumns):
         indexes: ClassVar[list[models.Index]] = [
             models.Index(fields=["died_at"], name="pgjobs_dead_died_at"),
             models.Index(fields=["queue", "died_at"], name="pgjobs_dead_queue"),
+            # The admin's search: a kind or a key by its start.
+            models.Index(
+                fields=["kind"], name="pgjobs_dead_kind_prefix", opclasses=["text_pattern_ops"]
+            ),
+            models.Index(
+                fields=["key"],
+                name="pgjobs_dead_key_prefix",
+                opclasses=["text_pattern_ops"],
+                condition=Q(key__isnull=False),
+            ),
         ]
         constraints: ClassVar[list[models.BaseConstraint]] = _shared_constraints("pgjobs_dead")
 
@@ -306,6 +337,7 @@ class JobStats(models.Model):
     succeeded = models.IntegerField(db_default=0)
     retried = models.IntegerField(db_default=0)
     dead = models.IntegerField(db_default=0)
+    cancelled = models.IntegerField(db_default=0)
 
     objects: ClassVar[JobStatsManager] = JobStatsManager()
 
@@ -318,6 +350,40 @@ class JobStats(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}@{self.minute:%H:%M}"
+
+
+class KindStats(models.Model):
+    """Per minute and kind: runs, and histograms of their queue wait (run_after to
+    claimed_at, both on the database clock) and run time, kept by the workers for the
+    dashboard's percentiles. Bucket i counts values up to LATENCY_BUCKETS_S[i] seconds
+    (the last: any longer); the sweeper drops minutes older than a day."""
+
+    minute = models.DateTimeField()
+    kind = models.CharField(max_length=KIND_MAX_LENGTH)
+    runs = models.IntegerField(db_default=0)
+    wait_hist = models.JSONField(help_text="Runs per queue-wait bucket (a list of counts).")
+    run_hist = models.JSONField(help_text="Runs per run-time bucket (a list of counts).")
+
+    objects: ClassVar[KindStatsManager] = KindStatsManager()
+
+    class Meta:
+        db_table = "pgjobs_kind_stats"
+        verbose_name_plural = "kind stats"
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            models.UniqueConstraint(fields=["minute", "kind"], name="pgjobs_kind_stats_minute_kind")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}@{self.minute:%H:%M}"
+
+
+class Dashboard(JobStats):
+    """The admin's dashboard: a proxy of the per-minute counts it charts, so that the
+    page has a place in the admin's index (and no table of its own)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = verbose_name_plural = "dashboard"
 
 
 class QueueControl(models.Model):
@@ -448,3 +514,37 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Worker(models.Model):
+    """A `runjobs` process as it last reported itself: registered when it starts,
+    heartbeated every WORKER_HEARTBEAT seconds by a service thread beside its loop, marked
+    stopped when it stops. One that misses 3 heartbeats (on the database clock) is gone;
+    the sweeper deletes rows not seen for a day."""
+
+    id = models.TextField(primary_key=True, help_text="The worker id stamped on its claims.")
+    host = models.TextField()
+    pid = models.IntegerField()
+    queues = models.JSONField(help_text="The queues it claims from.")
+    concurrency = models.IntegerField()
+    version = models.TextField(help_text="The django_pgjobs version it runs.")
+    heartbeat_s = models.FloatField(help_text="Seconds between its heartbeats.")
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen_at = models.DateTimeField(db_default=Now())
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    running = models.IntegerField(db_default=0, help_text="Jobs it holds now.")
+    succeeded = models.IntegerField(db_default=0, help_text="Jobs done since it started.")
+    failed = models.IntegerField(
+        db_default=0, help_text="Attempts failed (retried or dead-lettered) since it started."
+    )
+
+    objects: ClassVar[WorkerManager] = WorkerManager()
+
+    class Meta:
+        db_table = "pgjobs_worker"
+        indexes: ClassVar[list[models.Index]] = [
+            models.Index(fields=["last_seen_at"], name="pgjobs_worker_last_seen")
+        ]
+
+    def __str__(self) -> str:
+        return self.id

@@ -160,6 +160,9 @@ class QueueOverview:
     running: Count
     dead: Count
     oldest_runnable_s: float | None
+    #: Pending jobs tried before (an attempt failed or lapsed), and done ones (retained).
+    retrying: Count = Count(0)
+    done: Count = Count(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,11 +177,14 @@ class QueueStatus(QueueOverview):
 
 @dataclass(frozen=True, slots=True)
 class ThroughputPoint:
-    """Jobs finished and failed attempts in one minute."""
+    """Jobs finished in one bucket of time (a minute, a quarter of an hour), by ending:
+    done, retried (an attempt failed, the job will run again), dead-lettered, cancelled."""
 
-    minute: datetime
+    at: datetime
     succeeded: int
-    failed: int
+    retried: int
+    dead: int
+    cancelled: int
 
 
 class DueSchedule(NamedTuple):
@@ -203,3 +209,38 @@ class SyncResult:
     added: int
     changed: int
     retired: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    """A worker of the registry as last reported, and whether it is live (seen within 3
+    heartbeats on the database clock, not stopped)."""
+
+    id: str
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    version: str
+    heartbeat_s: float
+    started_at: datetime
+    last_seen_at: datetime
+    stopped_at: datetime | None
+    running: int
+    succeeded: int
+    failed: int
+    live: bool
+    seen_s_ago: float
+
+
+@dataclass(frozen=True, slots=True)
+class KindLatency:
+    """One kind's runs over a span, and its queue wait and run time at p50 and p95, each
+    the upper bound of a histogram bucket in seconds (None: no run)."""
+
+    kind: str
+    runs: int
+    wait_p50_s: float | None
+    wait_p95_s: float | None
+    run_p50_s: float | None
+    run_p95_s: float | None

@@ -440,8 +440,6 @@ class JobManager(JobReads):
         ((moved, told, _),) = db.fetchall(sql.CANCEL_JOBS, params, using)
         return int(moved) + int(told)
 
-    # Overview (the admin, jobsctl, the metrics' gauges) ---------------------------------
-
     # Maintenance (used by the sweeper) -------------------------------------------------
 
     def sweep_expired(self, limit: int, *, using: str | None = None) -> tuple[int, int]:

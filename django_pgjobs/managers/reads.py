@@ -93,20 +93,35 @@ class JobReads(models.Manager["Job"]):
         if not queues:
             return []
         rows = db.fetchall(sql.QUEUE_OVERVIEW, {"queues": queues, "cap": COUNT_CAP}, using)
-        estimates = (sql.ESTIMATE_RUNNABLE, sql.ESTIMATE_SCHEDULED, sql.ESTIMATE_DEAD)
+        estimates = (
+            sql.ESTIMATE_RUNNABLE,
+            sql.ESTIMATE_SCHEDULED,
+            sql.ESTIMATE_DEAD,
+            sql.ESTIMATE_RETRYING,
+            sql.ESTIMATE_DONE,
+        )
         overview = []
-        for queue, runnable_n, scheduled_n, running_n, dead_n, oldest in rows:
-            runnable, scheduled, dead = (
+        for queue, runnable_n, scheduled_n, running_n, dead_n, oldest, *more in rows:
+            runnable, scheduled, dead, retrying, done = (
                 Count(int(value))
                 if value <= COUNT_CAP
                 else Count(db.estimate(statement, {"queue": queue}, using), estimated=True)
                 for value, statement in zip(
-                    (runnable_n, scheduled_n, dead_n), estimates, strict=True
+                    (runnable_n, scheduled_n, dead_n, *more), estimates, strict=True
                 )
             )
             running = Count(int(running_n))  # exact: as many as the workers' slots at most
             overview.append(
-                QueueOverview(queue, runnable, scheduled, running, dead, oldest_runnable_s=oldest)
+                QueueOverview(
+                    queue,
+                    runnable,
+                    scheduled,
+                    running,
+                    dead,
+                    oldest_runnable_s=oldest,
+                    retrying=retrying,
+                    done=done,
+                )
             )
         return overview
 

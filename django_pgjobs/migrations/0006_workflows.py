@@ -15,7 +15,7 @@ from django_pgjobs.db.sql.workflows import DROP_END_PARENTS_FUNCTION, END_PARENT
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_pgjobs", "0004_long_jobs"),
+        ("django_pgjobs", "0005_workers"),
     ]
 
     operations = [

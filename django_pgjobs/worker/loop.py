@@ -36,7 +36,12 @@ from django_pgjobs.worker.faults import Faults, describe
 from django_pgjobs.worker.leases import Leases
 from django_pgjobs.worker.pacing import Pacing
 from django_pgjobs.worker.pool import HandlerPool
-from django_pgjobs.worker.services import BackgroundService, SchedulerService, SweeperService
+from django_pgjobs.worker.services import (
+    BackgroundService,
+    RegistryService,
+    SchedulerService,
+    SweeperService,
+)
 from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
 from django_pgjobs.worker.wakeup import Wakeup
 
@@ -220,6 +225,16 @@ class Worker:
             services.append(SweeperService(using=using, interval=self.options.sweep_interval))
         if self.options.schedules:
             services.append(SchedulerService(using=using, poll_interval=self.options.poll_interval))
+        services.append(
+            RegistryService(
+                using=using,
+                interval=_seconds(None, pgjobs_settings.WORKER_HEARTBEAT),
+                worker_id=self.options.worker_id,
+                queues=self.options.queues,
+                concurrency=self.options.concurrency,
+                stats=self.stats,
+            )
+        )
         return services
 
     # Lifecycle ---------------------------------------------------------------------
@@ -246,6 +261,8 @@ class Worker:
         finally:
             self.completer.counts.write(time.monotonic(), final=True)
             services_stop.set()
+            for service in self.services:
+                service.stopped()
             self.pool.stop(timeout=0.5 if len(self.leases) else 5)
             self.wakeup.close()
             db.close(self.options.using)

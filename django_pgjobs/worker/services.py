@@ -8,13 +8,18 @@ with a backoff; the thread ends only when the worker stops.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
+from collections.abc import Sequence
 
 from django_pgjobs.db import connection as db
 from django_pgjobs.exceptions import InvalidJobOption
 from django_pgjobs.maintenance import Sweeper
+from django_pgjobs.models import Worker
 from django_pgjobs.scheduler import Scheduler
 from django_pgjobs.worker.faults import RECONNECT_BACKOFF_CAP_S, describe, is_outage
+from django_pgjobs.worker.stats import WorkerStats
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -34,6 +39,9 @@ class BackgroundService:
     def run_once(self) -> float:
         """Do one pass; return the seconds until the next."""
         raise NotImplementedError
+
+    def stopped(self) -> None:
+        """Called on the loop's thread once the worker stops (after the last pass)."""
 
     def start(self, stop: threading.Event) -> threading.Thread:
         thread = threading.Thread(
@@ -107,3 +115,68 @@ class SchedulerService(BackgroundService):
         due_in = self.scheduler.run_due()
         wait = self.poll_interval if due_in is None else due_in
         return min(max(wait, 0.01), self.poll_interval)
+
+
+class RegistryService(BackgroundService):
+    """The worker's row in the registry (`pgjobs_worker`): written at once, then every
+    `interval` seconds with its counters, off the loop's thread so that claiming never
+    waits for it. `stopped()` marks the row when the worker leaves on its own."""
+
+    name = "registry"
+
+    def __init__(
+        self,
+        *,
+        using: str,
+        interval: float,
+        worker_id: str,
+        queues: Sequence[str],
+        concurrency: int,
+        stats: WorkerStats,
+    ) -> None:
+        super().__init__(using=using)
+        from django_pgjobs import __version__
+
+        self.interval = interval
+        self.worker_id = worker_id
+        self.stats = stats
+        self.identity = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "queues": list(queues),
+            "concurrency": concurrency,
+            "version": __version__,
+            "heartbeat_s": interval,
+        }
+        # A heartbeat landing after the stop would show a stopped worker as live.
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def run_once(self) -> float:
+        stats = self.stats
+        with self._lock:
+            if self._stopped:
+                return self.interval
+            Worker.objects.heartbeat(
+                self.worker_id,
+                **self.identity,  # type: ignore[arg-type]
+                running=stats.in_flight,
+                succeeded=stats.succeeded,
+                failed=stats.retried + stats.dead,
+                using=self.using,
+            )
+        return self.interval
+
+    def stopped(self) -> None:
+        """Mark the row stopped (best effort: a gone row is what a crash leaves too)."""
+        with self._lock:
+            self._stopped = True
+            try:
+                Worker.objects.stopped(
+                    self.worker_id,
+                    succeeded=self.stats.succeeded,
+                    failed=self.stats.retried + self.stats.dead,
+                    using=self.using,
+                )
+            except Exception as error:
+                logger.debug("could not mark the worker stopped: %s", describe(error))

@@ -7,8 +7,9 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from django_pgjobs.claims import LOST, RETRIED, SUCCEEDED, Outcome, Verdict
-from django_pgjobs.models import JobStats
+from django_pgjobs.claims import CANCELLED, LOST, RETRIED, SUCCEEDED, Outcome, Verdict
+from django_pgjobs.managers.stats import LATENCY_BUCKETS_S, bucket_of
+from django_pgjobs.models import JobStats, KindStats
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -38,13 +39,23 @@ class WorkerStats:
         return self.succeeded + self.retried + self.dead + self.cancelled + self.lost
 
 
+#: Buckets of each latency histogram.
+_BUCKETS = len(LATENCY_BUCKETS_S)
+
+#: Where an ending is counted (anything else is a dead letter).
+_COLUMN = {SUCCEEDED: 0, RETRIED: 1, CANCELLED: 3}
+
+
 class MinuteCounts:
-    """Per queue, the jobs finished, retried and dead-lettered since the last write to
-    `pgjobs_stats`, written every STATS_INTERVAL_S (and once at the end)."""
+    """Per queue, the jobs finished, retried, dead-lettered and cancelled since the last
+    write to `pgjobs_stats`, and per kind the runs' queue wait and run time histograms
+    (`pgjobs_kind_stats`), written every STATS_INTERVAL_S (and once at the end)."""
 
     def __init__(self, using: str) -> None:
         self.using = using
         self._counts: dict[str, list[int]] = {}
+        #: Per kind: runs, then the wait histogram's buckets, then the run time's.
+        self._kinds: dict[str, list[int]] = {}
         self._next_at = time.monotonic() + STATS_INTERVAL_S
 
     def count(self, outcome: Outcome) -> None:
@@ -54,18 +65,32 @@ class MinuteCounts:
             return
         counts = self._counts.get(outcome.handle.queue)
         if counts is None:
-            counts = self._counts[outcome.handle.queue] = [0, 0, 0]
-        counts[0 if ended == SUCCEEDED else 1 if ended == RETRIED else 2] += 1
+            counts = self._counts[outcome.handle.queue] = [0, 0, 0, 0]
+        counts[_COLUMN.get(ended, 2)] += 1
+        handle = outcome.handle
+        latencies = self._kinds.get(handle.kind)
+        if latencies is None:
+            latencies = self._kinds[handle.kind] = [0] * (1 + 2 * _BUCKETS)
+        latencies[0] += 1
+        # Both ends of the wait are the database's timestamps (S22); a rerun's run_after
+        # may come after the claim that ran it: no wait.
+        waited = (handle.claimed_at - handle.run_after).total_seconds()
+        latencies[1 + bucket_of(max(waited, 0.0))] += 1
+        latencies[1 + _BUCKETS + bucket_of(outcome.duration)] += 1
 
     def write(self, now: float, *, final: bool = False) -> None:
         """Write the counts if they are due (`final`: whatever the time)."""
         if not self._counts or (now < self._next_at and not final):
             return
         self._next_at = now + STATS_INTERVAL_S
-        counts = {queue: (c[0], c[1], c[2]) for queue, c in self._counts.items()}
-        self._counts = {}
+        counts = {queue: (c[0], c[1], c[2], c[3]) for queue, c in self._counts.items()}
+        kinds = {
+            kind: (k[0], k[1 : 1 + _BUCKETS], k[1 + _BUCKETS :]) for kind, k in self._kinds.items()
+        }
+        self._counts, self._kinds = {}, {}
         try:
             JobStats.objects.record(counts, using=self.using)
+            KindStats.objects.record(kinds, using=self.using)
         except Exception as error:
             # Only the chart loses these counts: not worth a retry or a reconnect here.
             logger.debug("could not record the per-minute counts: %s", error)

@@ -17,9 +17,11 @@ from django_pgjobs.models import (
     Dependency,
     Job,
     JobStats,
+    KindStats,
     QueueControl,
     RateClaim,
     Schedule,
+    Worker,
 )
 
 pytestmark = pytest.mark.django_db
@@ -155,9 +157,37 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "ESTIMATE_RUNNABLE": {"queue": "default"},
     "ESTIMATE_SCHEDULED": {"queue": "default"},
     "ESTIMATE_DEAD": {"queue": "default"},
-    "RECORD_STATS": {"queues": ["default"], "succeeded": [1], "retried": [0], "dead": [0]},
-    "THROUGHPUT": {"minutes": 5},
+    "ESTIMATE_RETRYING": {"queue": "default"},
+    "ESTIMATE_DONE": {"queue": "default"},
+    "HEARTBEAT_WORKER": {
+        "id": "host:1:abc",
+        "host": "host",
+        "pid": 1,
+        "queues": '["default"]',
+        "concurrency": 4,
+        "version": "1.0",
+        "heartbeat_s": 5.0,
+        "running": 0,
+        "succeeded": 0,
+        "failed": 0,
+    },
+    "STOP_WORKER": {"id": "host:1:abc", "succeeded": 1, "failed": 0},
+    "LIST_WORKERS": {},
+    "PRUNE_WORKERS": {"limit": 10},
+    "RECORD_STATS": {
+        "queues": ["default"],
+        "succeeded": [1],
+        "retried": [0],
+        "dead": [0],
+        "cancelled": [0],
+    },
+    "THROUGHPUT": {"buckets": 5, "bucket_min": 15},
     "PRUNE_STATS": {"limit": 10},
+    "RECORD_KIND_STATS": {
+        "kinds": '[{"kind": "k", "runs": 1, "wait": [1, 0], "run": [0, 1]}]',
+    },
+    "KIND_LATENCY": {"minutes": 60},
+    "PRUNE_KIND_STATS": {"limit": 10},
     "ROLE_PRIVILEGES": {},
     "BUSY_JOBS": {"queues": ["default"]},
     "DATABASE_CLOCK": {},
@@ -257,7 +287,17 @@ def test_statement_names_only_the_models_tables_and_opens_with_a_comment(name: s
     assert statement.lstrip().startswith("-- ")
     tables = set(re.findall(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(pgjobs_\w+)", statement))
     assert bool(tables) == (name not in TABLELESS)
-    models = (Job, DeadJob, JobStats, QueueControl, Schedule, RateClaim, Dependency)
+    models = (
+        Job,
+        DeadJob,
+        JobStats,
+        KindStats,
+        QueueControl,
+        Schedule,
+        RateClaim,
+        Worker,
+        Dependency,
+    )
     assert tables <= {model._meta.db_table for model in models}
     assert Job._meta.db_table == sql.JOB_TABLE and DeadJob._meta.db_table == sql.DEAD_TABLE
 

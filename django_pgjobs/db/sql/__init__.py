@@ -19,6 +19,7 @@ from django_pgjobs.db.sql import (
     schedules,
     session,
     stats,
+    workers,
     workflows,
 )
 from django_pgjobs.db.sql.claims import *  # noqa: F403
@@ -31,6 +32,7 @@ from django_pgjobs.db.sql.queues import *  # noqa: F403
 from django_pgjobs.db.sql.schedules import *  # noqa: F403
 from django_pgjobs.db.sql.session import *  # noqa: F403
 from django_pgjobs.db.sql.stats import *  # noqa: F403
+from django_pgjobs.db.sql.workers import *  # noqa: F403
 from django_pgjobs.db.sql.workflows import *  # noqa: F403
 
 JOB_TABLE = "pgjobs_job"
@@ -39,7 +41,19 @@ DEAD_TABLE = "pgjobs_dead"
 #: Every statement, by name: the managers' whole vocabulary.
 STATEMENTS: dict[str, str] = {
     name: value
-    for module in (claims, dead, jobs, limits, listen, queues, schedules, session, stats, workflows)
+    for module in (
+        claims,
+        dead,
+        jobs,
+        limits,
+        listen,
+        queues,
+        schedules,
+        session,
+        stats,
+        workers,
+        workflows,
+    )
     for name, value in vars(module).items()
     if name.isupper() and isinstance(value, str) and value.lstrip().startswith("--")
 }

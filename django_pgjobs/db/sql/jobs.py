@@ -312,9 +312,11 @@ SELECT DISTINCT queue FROM pgjobs_job WHERE state = 'running'
 QUEUE_OVERVIEW = """
 -- Per queue: runnable, scheduled and dead jobs, each counted up to %(cap)s + 1 rows along
 -- an index (a count at the cap is estimated by the caller); running jobs, counted
--- exactly in one pass (there are at most as many as the workers' slots); and the age of
--- the oldest runnable job in seconds, by the database clock.
-WITH running AS (
+-- exactly in one pass (there are at most as many as the workers' slots); the age of
+-- the oldest runnable job in seconds, by the database clock; then the pending jobs that
+-- were tried before (retrying) and the done ones (retained results), capped the same.
+-- MATERIALIZED: the running count is one pass for every queue, not one per queue.
+WITH running AS MATERIALIZED (
     SELECT j.queue, count(*) AS n
     FROM pgjobs_job AS j
     WHERE j.state = 'running' AND j.queue = ANY(%(queues)s::text[])
@@ -333,7 +335,14 @@ SELECT q.name,
        (SELECT count(*) FROM (SELECT 1 FROM pgjobs_dead AS d WHERE d.queue = q.name
                               LIMIT %(cap)s + 1) AS c),
        (SELECT extract(epoch FROM now() - min(j.run_after))::float8 FROM pgjobs_job AS j
-        WHERE j.state = 'pending' AND j.queue = q.name AND j.run_after <= now())
+        WHERE j.state = 'pending' AND j.queue = q.name AND j.run_after <= now()),
+       (SELECT count(*) FROM (SELECT 1 FROM pgjobs_job AS j
+                              WHERE j.state = 'pending' AND j.attempts > 0
+                                AND j.queue = q.name
+                              LIMIT %(cap)s + 1) AS c),
+       (SELECT count(*) FROM (SELECT 1 FROM pgjobs_job AS j
+                              WHERE j.state = 'done' AND j.queue = q.name
+                              LIMIT %(cap)s + 1) AS c)
 FROM unnest(%(queues)s::text[]) AS q(name)
 ORDER BY q.name
 """
@@ -350,6 +359,18 @@ ESTIMATE_SCHEDULED = """
 EXPLAIN (FORMAT JSON)
 SELECT 1 FROM pgjobs_job
 WHERE state = 'pending' AND queue = %(queue)s AND run_after > now()
+"""
+
+ESTIMATE_RETRYING = """
+-- The planner's estimate of a queue's retrying jobs (for counts past the cap).
+EXPLAIN (FORMAT JSON)
+SELECT 1 FROM pgjobs_job WHERE state = 'pending' AND attempts > 0 AND queue = %(queue)s
+"""
+
+ESTIMATE_DONE = """
+-- The planner's estimate of a queue's done jobs (for counts past the cap).
+EXPLAIN (FORMAT JSON)
+SELECT 1 FROM pgjobs_job WHERE state = 'done' AND queue = %(queue)s
 """
 
 BUSY_JOBS = """

@@ -1,6 +1,6 @@
 """`manage.py jobsctl`: queues and schedules at a glance, and their controls.
 
-python manage.py jobsctl status               # a table per queue
+python manage.py jobsctl status               # a table per queue, then the workers
 python manage.py jobsctl pause emails         # no worker claims its jobs
 python manage.py jobsctl resume emails        # and wake the workers at once
 python manage.py jobsctl limit emails 5       # at most 5 running, across every worker
@@ -24,7 +24,9 @@ from django.db import DatabaseError
 from django_pgjobs import labels
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.exceptions import InvalidJobOption
-from django_pgjobs.models import Job, QueueControl, Schedule
+from django_pgjobs.managers.workers import unserved_queues
+from django_pgjobs.models import Job, QueueControl, Schedule, Worker
+from django_pgjobs.records import QueueStatus, WorkerStatus
 
 
 def _limit(text: str) -> int | None:
@@ -42,7 +44,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-        actions.add_parser("status", help="Each queue: runnable, scheduled, running, dead ...")
+        actions.add_parser(
+            "status", help="Each queue (runnable, scheduled, running, dead ...), each worker."
+        )
         pause = actions.add_parser("pause", help="Stop every worker claiming these queues.")
         pause.add_argument("queues", nargs="+", metavar="QUEUE")
         resume = actions.add_parser("resume", help="Let workers claim these queues again.")
@@ -97,6 +101,42 @@ class Command(BaseCommand):
             ) from None
 
     def _status(self) -> None:
+        statuses = QueueControl.objects.status()
+        self._queues(statuses)
+        workers = Worker.objects.status()
+        self.stdout.write("")
+        self._workers(workers)
+        unserved = unserved_queues(statuses, workers)
+        if unserved:
+            self.stdout.write("")
+            self.stdout.write(
+                self.style.WARNING(
+                    f"Warning: no live worker serves {', '.join(unserved)}, which "
+                    f"{'has' if len(unserved) == 1 else 'have'} runnable jobs."
+                )
+            )
+
+    def _workers(self, workers: Sequence[WorkerStatus]) -> None:
+        if not workers:
+            self.stdout.write("No workers registered: start one with python manage.py runjobs.")
+            return
+        header = ("worker", "state", "queues", "running", "done", "failed", "last seen", "version")
+        rows = [
+            (
+                worker.id,
+                "live" if worker.live else "stopped" if worker.stopped_at else "gone",
+                ",".join(worker.queues),
+                f"{worker.running} of {worker.concurrency}",
+                f"{worker.succeeded:,}",
+                f"{worker.failed:,}",
+                f"{labels.age(worker.seen_s_ago)} ago",
+                worker.version,
+            )
+            for worker in workers
+        ]
+        self._table(header, rows)
+
+    def _queues(self, statuses: Sequence[QueueStatus]) -> None:
         rows = [
             (
                 status.queue,
@@ -108,7 +148,7 @@ class Command(BaseCommand):
                 labels.count(status.dead),
                 labels.age(status.oldest_runnable_s),
             )
-            for status in QueueControl.objects.status()
+            for status in statuses
         ]
         header = (
             "queue",

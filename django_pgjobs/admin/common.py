@@ -1,0 +1,210 @@
+"""What the console's pages share: how values read (times, JSON, errors, progress), the
+capped paginator, and the refusals (a bad query, an action this user may not run)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseRedirect,
+)
+from django.template.response import TemplateResponse
+from django.utils import formats, timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.functional import cached_property
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+from django_pgjobs.models import Job
+
+
+def pretty_json(value: Any) -> SafeString:
+    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def humane_time(value: Any) -> str:
+    """A stored time (a datetime or the ISO text of an error entry) as the admin writes
+    every other time: localized, to the second."""
+    moment = parse_datetime(value) if isinstance(value, str) else value
+    if moment is None:
+        return str(value or "-")
+    if timezone.is_aware(moment):
+        moment = timezone.localtime(moment)
+    return formats.date_format(moment, "DATETIME_FORMAT")
+
+
+def error_history(errors: list[dict[str, Any]] | None) -> SafeString:
+    """Every failed attempt, newest first, each traceback folded under its error."""
+    if not errors:
+        return mark_safe("<p>No failed attempt.</p>")
+    rows = format_html_join(
+        "",
+        '<tr><td>{}</td><td class="nowrap">{}</td><td>{}</td><td><strong>{}</strong>'
+        '<details><summary>traceback</summary><pre class="pgjobs-traceback">{}</pre>'
+        "</details></td></tr>",
+        (
+            (
+                entry.get("attempt"),
+                humane_time(entry.get("at")),
+                entry.get("worker_id") or "",
+                entry.get("error"),
+                entry.get("traceback") or "(none recorded)",
+            )
+            for entry in reversed(errors)
+        ),
+    )
+    return format_html(
+        '<table class="pgjobs-errors"><thead><tr><th>attempt</th><th>at</th><th>worker</th>'
+        "<th>error</th></tr></thead><tbody>{}</tbody></table>",
+        rows,
+    )
+
+
+def latest_traceback(errors: list[dict[str, Any]] | None) -> SafeString:
+    """The last failed attempt's traceback, in full and wrapping."""
+    for entry in reversed(errors or []):
+        if entry.get("traceback"):
+            return format_html('<pre class="pgjobs-traceback">{}</pre>', entry["traceback"])
+    return mark_safe("-")
+
+
+def progress_bar(progress: dict[str, Any] | None, *, wide: bool = False) -> SafeString:
+    """A running job's last progress report as a bar: its fraction (or data's done of
+    total), its message, and (wide) when it came."""
+    if not isinstance(progress, dict):
+        return mark_safe("")
+    data = progress.get("data")
+    counts: dict[str, Any] = data if isinstance(data, dict) else progress
+    done, total = _number(counts.get("done")), _number(counts.get("total"))
+    fraction = _number(progress.get("fraction"))
+    if fraction is None and done is not None and total:
+        fraction = min(max(done / total, 0.0), 1.0)
+    parts = []
+    if done is not None and total is not None:
+        parts.append(f"{done:,g} of {total:,g}")
+    if progress.get("message"):
+        parts.append(str(progress["message"]))
+    if wide and progress.get("at"):
+        parts.append(f"reported {humane_time(progress['at'])}")
+    text = " · ".join(parts) or "working"
+    if fraction is None:
+        return format_html('<span class="pgjobs-progress-text">{}</span>', text)
+    percent = round(fraction * 100)
+    return format_html(
+        '<span class="pgjobs-progress{}" title="{}"><span class="pgjobs-progress-bar">'
+        '<span style="width:{}%"></span></span> {}%{}</span>',
+        " pgjobs-progress-wide" if wide else "",
+        text,
+        percent,
+        percent,
+        format_html(" · {}", text) if wide else "",
+    )
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+#: The largest job id (bigint): a search for a larger number finds no id.
+JOB_ID_MAX = 2**63 - 1
+
+
+class CappedCountPaginator(Paginator):  # type: ignore[type-arg]
+    """A paginator that never counts millions of rows: past a cap, it estimates."""
+
+    @cached_property
+    def count(self) -> int:
+        return Job.objects.capped_count(self.object_list)  # type: ignore[arg-type]
+
+
+def refuse_bad_params(request: HttpRequest) -> HttpResponse | None:
+    """A 400 for a query no column can hold (NUL) or too long to be a search."""
+    for values in request.GET.lists():
+        for value in values[1]:
+            if "\x00" in value or len(value) > 1000:
+                return HttpResponseBadRequest(
+                    "A filter or search value holds a NUL character or is too long.",
+                    content_type="text/plain",
+                )
+    return None
+
+
+def refuse_action(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResponse | None:  # type: ignore[type-arg]
+    """A POSTed action this user may not run: refused with a message, nothing changed."""
+    name = request.POST.get("action") if request.method == "POST" else None
+    if not name or name in model_admin.get_actions(request):
+        return None
+    model_admin.message_user(
+        request,
+        f"Refused: you may not run “{name}” on {model_admin.model._meta.verbose_name_plural}; "
+        "nothing was changed.",
+        messages.ERROR,
+    )
+    return HttpResponseRedirect(request.get_full_path())
+
+
+def job_id_of(object_id: str) -> int:
+    if not (object_id.isascii() and object_id.isdigit()) or int(object_id) > JOB_ID_MAX:
+        return 0
+    return int(object_id)
+
+
+def jobs_word(count: int) -> str:
+    return "job" if count == 1 else "jobs"
+
+
+#: Jobs per statement when an action applies to every job matching the filter.
+ACTION_BATCH = 1000
+
+
+def in_batches(ids: list[int], size: int = ACTION_BATCH) -> list[list[int]]:
+    """`ids` in lists of at most `size`, so that no statement holds a million locks."""
+    return [ids[start : start + size] for start in range(0, len(ids), size)]
+
+
+def all_matching(request: HttpRequest) -> bool:
+    """Whether the action is for every row matching the list's filter ("select all")."""
+    return request.POST.get("select_across") == "1"
+
+
+def confirmation(
+    model_admin: admin.ModelAdmin,  # type: ignore[type-arg]
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    ids: list[int],
+    *,
+    action: str,
+    title: str,
+    explanation: str,
+    button: str,
+) -> TemplateResponse:
+    """The page that states how many jobs an action is about to change, and asks."""
+    across = all_matching(request)
+    return TemplateResponse(
+        request,
+        "admin/django_pgjobs/action_confirmation.html",
+        {
+            **model_admin.admin_site.each_context(request),
+            "title": title,
+            "opts": model_admin.model._meta,
+            "action": action,
+            "explanation": explanation,
+            "button": button,
+            "jobs": queryset.order_by("id")[:20],
+            "count": len(ids),
+            "select_across": across,
+            # All matching: the page's own selection only says "there was one".
+            "ids": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME) if across else ids,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        },
+    )

@@ -1,0 +1,567 @@
+"""Jobs and dead letters: search along the indexes, filters, actions, and object pages
+led by what went wrong, with their buttons."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import (
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Q,
+    QuerySet,
+)
+from django.db.models.functions import Now
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseRedirect,
+)
+from django.shortcuts import get_object_or_404
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+
+from django_pgjobs import labels, registry
+from django_pgjobs.admin.common import (
+    JOB_ID_MAX,
+    CappedCountPaginator,
+    all_matching,
+    confirmation,
+    error_history,
+    humane_time,
+    in_batches,
+    job_id_of,
+    jobs_word,
+    latest_traceback,
+    pretty_json,
+    progress_bar,
+    refuse_action,
+    refuse_bad_params,
+)
+from django_pgjobs.admin.glance import glance, throughput_chart
+from django_pgjobs.models import DeadJob, Job
+from django_pgjobs.states import JobState
+
+
+class QueueFilter(admin.SimpleListFilter):
+    """Queues present in the table, found by index skip scans rather than DISTINCT."""
+
+    title = "queue"
+    parameter_name = "queue"
+    dead = False
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        queues = Job.objects.queue_names(dead=self.dead)
+        return [(queue, queue) for queue in queues]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(queue=self.value()) if self.value() else queryset
+
+
+class DeadQueueFilter(QueueFilter):
+    dead = True
+
+
+class KindFilter(admin.SimpleListFilter):
+    """Kinds this process knows (the registry), not a DISTINCT over the table."""
+
+    title = "kind"
+    parameter_name = "kind"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(kind, kind) for kind in registry.registered_kinds()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(kind=self.value()) if self.value() else queryset
+
+
+class ReadinessFilter(admin.SimpleListFilter):
+    """Pending jobs that may run now, against those scheduled later (database clock)."""
+
+    title = "readiness"
+    parameter_name = "readiness"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("runnable", "runnable now"),
+            ("scheduled", "scheduled later"),
+            ("retrying", "retrying (tried before)"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        pending = Q(state=JobState.PENDING)
+        if self.value() == "runnable":
+            return queryset.filter(pending, run_after__lte=Now())
+        if self.value() == "scheduled":
+            return queryset.filter(pending, run_after__gt=Now())
+        if self.value() == "retrying":
+            return queryset.filter(pending, attempts__gt=0)
+        return queryset
+
+
+#: The longest search term worth sending: no kind, key or id is longer.
+SEARCH_MAX_CHARS = 300
+
+#: Dead letters by why they died: a bounded list, however many distinct `Fail()`
+#: messages there are. "other" is every reason none of the others matches.
+REASON_CATEGORIES: dict[str, tuple[str, Q]] = {
+    "max_attempts": ("max attempts exceeded", Q(reason="max attempts exceeded")),
+    "failed": ("failed", Q(reason="failed")),
+    "expired": ("expired", Q(reason="expired")),
+    "cancelled": ("cancelled", Q(reason="cancelled")),
+    "unknown_kind": ("unknown kind", Q(reason__startswith="unknown job kind")),
+    "payload": ("payload does not fit", Q(reason__startswith="payload does not fit")),
+}
+
+
+class ReasonFilter(admin.SimpleListFilter):
+    """Dead letters by category of reason, never a DISTINCT over every reason text."""
+
+    title = "reason"
+    parameter_name = "reason"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(value, label) for value, (label, _) in REASON_CATEGORIES.items()] + [
+            ("other", "other")
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value in REASON_CATEGORIES:
+            return queryset.filter(REASON_CATEGORIES[value][1])
+        if value == "other":
+            known = Q()
+            for _, match in REASON_CATEGORIES.values():
+                known |= match
+            return queryset.exclude(known)
+        return queryset
+
+
+class ReadOnlyJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """What both tables share: read-only detail pages led by what went wrong, action
+    buttons on them, capped counts, a search along the indexes."""
+
+    paginator = CappedCountPaginator
+    show_full_result_count = False
+    list_per_page = 50
+    ordering = ("-id",)
+    # The box shows when search_fields is set; get_search_results does the matching.
+    search_fields = ("kind",)
+    search_help_text = "A job id (exact), or the start of a kind or a key."
+    change_list_template = "admin/django_pgjobs/glance_change_list.html"
+    change_form_template = "admin/django_pgjobs/job_change_form.html"
+    #: The object page's buttons: (name, label, what it does) in the order shown.
+    buttons: tuple[tuple[str, str, str], ...] = ()
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A job's page is for reading; "change" is what the actions and buttons need.
+        if obj is not None:
+            return False
+        return super().has_change_permission(request)
+
+    def may_act(self, request: HttpRequest) -> bool:
+        return super().has_change_permission(request)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [field.name for field in self.model._meta.fields] + list(self.extra_readonly)
+
+    extra_readonly: tuple[str, ...] = (
+        "pretty_payload",
+        "error_table",
+        "traceback",
+        "attempts_of",
+        "lease",
+        "timeout",
+        "state_line",
+    )
+    claim_fields = ("claimed_by", "claimed_at", "claimed_until", "started_at", "worker_id")
+    trigger_fields = ("rerun_after", "rerun_payload", "rerun_expires_at")
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        if len(term) > SEARCH_MAX_CHARS:
+            return queryset.none(), False
+        match = Q(kind__startswith=term) | Q(key__startswith=term)
+        if term.isascii() and term.isdigit() and int(term) <= JOB_ID_MAX:
+            match |= Q(id=int(term))
+        return queryset.filter(match), False
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        refused = refuse_bad_params(request) or self.refuse_forged_action(request)
+        if refused is not None:
+            return refused
+        context = {
+            "glance": glance(),
+            "chart": throughput_chart(height=100),
+            "title": self.model._meta.verbose_name_plural.capitalize(),
+        }
+        return super().changelist_view(request, {**(extra_context or {}), **context})
+
+    def refuse_forged_action(self, request: HttpRequest) -> HttpResponse | None:
+        """An action this user may not run: say it was refused, and change nothing."""
+        return refuse_action(self, request)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        obj = self.get_object(request, object_id)
+        buttons = []
+        if obj is not None and self.may_act(request):
+            info = self.model._meta.app_label, self.model._meta.model_name
+            buttons = [
+                {
+                    "name": name,
+                    "label": label,
+                    "help": help_text,
+                    "url": reverse("admin:{}_{}_act".format(*info), args=[obj.pk, name]),
+                }
+                for name, label, help_text in self.buttons
+                if self.button_applies(name, obj)
+                and (name != "delete" or self.has_delete_permission(request))
+            ]
+        context = {"buttons": buttons, "title": str(obj) if obj is not None else ""}
+        return super().change_view(
+            request, object_id, form_url, {**(extra_context or {}), **context}
+        )
+
+    def button_applies(self, name: str, obj: Any) -> bool:
+        return True
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.model._meta.app_label, self.model._meta.model_name
+        own = [
+            path(
+                "<path:object_id>/act/<str:name>/",
+                self.admin_site.admin_view(self.act_view),
+                name="{}_{}_act".format(*info),
+            )
+        ]
+        return own + super().get_urls()
+
+    def act_view(self, request: HttpRequest, object_id: str, name: str) -> HttpResponse:
+        """One object page button: POST only, with the permission the list's action needs."""
+        info = self.model._meta.app_label, self.model._meta.model_name
+        page = reverse("admin:{}_{}_change".format(*info), args=[object_id])
+        if request.method != "POST":
+            return HttpResponseRedirect(page)
+        obj = get_object_or_404(self.model, pk=job_id_of(object_id))
+        allowed = self.may_act(request) and (
+            name != "delete" or self.has_delete_permission(request)
+        )
+        if not allowed or name not in {button[0] for button in self.buttons}:
+            self.message_user(
+                request,
+                f"Refused: you may not {name.replace('_', ' ')} {obj}; nothing was changed.",
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(page)
+        return self.press(request, name, obj)
+
+    def press(self, request: HttpRequest, name: str, obj: Any) -> HttpResponse:
+        raise NotImplementedError
+
+    @admin.display(description="payload")
+    def pretty_payload(self, obj: Any) -> SafeString:
+        return pretty_json(obj.payload)
+
+    @admin.display(description="failed attempts")
+    def error_table(self, obj: Any) -> SafeString:
+        return error_history(obj.errors)
+
+    @admin.display(description="traceback")
+    def traceback(self, obj: Any) -> SafeString:
+        return latest_traceback(obj.errors)
+
+    @admin.display(description="attempts")
+    def attempts_of(self, obj: Any) -> str:
+        return f"{obj.attempts} of {obj.max_attempts}"
+
+    @admin.display(description="lease")
+    def lease(self, obj: Any) -> str:
+        return f"{obj.lease_s:,} s"
+
+    @admin.display(description="time limit")
+    def timeout(self, obj: Any) -> str:
+        return "none" if obj.timeout_s is None else f"{obj.timeout_s:g} s per attempt"
+
+    @admin.display(description="state")
+    def state_line(self, obj: Any) -> SafeString:
+        return format_html("<strong>{}</strong>", self.state_of(obj))
+
+    def state_of(self, obj: Any) -> str:
+        raise NotImplementedError
+
+
+@admin.register(Job)
+class JobAdmin(ReadOnlyJobAdmin):
+    list_display = (
+        "id",
+        "kind",
+        "queue",
+        "key_short",
+        "state_and_progress",
+        "attempts_of",
+        "runs",
+        "worker_short",
+    )
+    list_filter = ("state", ReadinessFilter, QueueFilter, KindFilter)
+    extra_readonly = (*ReadOnlyJobAdmin.extra_readonly, "pretty_result", "progress_wide")
+    actions = ("run_now", "cancel")
+    buttons = (
+        ("run_now", "Run now", "A pending job becomes runnable at once."),
+        ("cancel", "Cancel", "To the dead letters as cancelled; a running handler is told."),
+    )
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    "state_line",
+                    "progress_wide",
+                    "attempts_of",
+                    "last_error",
+                    "traceback",
+                    "error_table",
+                )
+            },
+        ),
+        ("Payload and result", {"fields": ("pretty_payload", "pretty_result")}),
+        (
+            "Details",
+            {
+                "classes": ("collapse",),
+                "fields": (
+                    "id",
+                    "kind",
+                    "queue",
+                    "key",
+                    "priority",
+                    "run_after",
+                    "lease",
+                    "timeout",
+                    "expires_at",
+                    "result_ttl_s",
+                    "purge_at",
+                    "created_at",
+                    "finished_at",
+                    *ReadOnlyJobAdmin.claim_fields,
+                    "limit_key",
+                    "concurrency_limit",
+                    "rate_limit",
+                    "rate_period_s",
+                    *ReadOnlyJobAdmin.trigger_fields,
+                ),
+            },
+        ),
+    )
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a live job is cancelled (to the dead letters), not deleted
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        delta = ExpressionWrapper(F("run_after") - Now(), output_field=DurationField())
+        queryset: QuerySet[Job] = super().get_queryset(request)
+        return queryset.annotate(runs_in=delta)
+
+    def state_of(self, obj: Job) -> str:
+        if obj.state == JobState.PENDING:
+            runs_in = getattr(obj, "runs_in", None)
+            if runs_in is not None and runs_in.total_seconds() > 0:
+                return f"pending, scheduled: runs {labels.ago(runs_in)}"
+            return "pending, runnable now" + (" (retrying)" if obj.errors else "")
+        if obj.state == JobState.RUNNING:
+            return f"running on {obj.worker_id}"
+        return str(obj.state)
+
+    def button_applies(self, name: str, obj: Job) -> bool:
+        if name == "run_now":
+            return obj.state == JobState.PENDING
+        return obj.state in (JobState.PENDING, JobState.RUNNING)
+
+    def press(self, request: HttpRequest, name: str, obj: Job) -> HttpResponse:
+        if name == "run_now":
+            moved = Job.objects.run_now([obj.pk])
+            text = f"{obj} set to run now." if moved else f"{obj} is not pending: nothing to do."
+            self.message_user(request, text, messages.SUCCESS if moved else messages.WARNING)
+            return HttpResponseRedirect(reverse("admin:django_pgjobs_job_change", args=[obj.pk]))
+        cancelled = Job.objects.cancel_many([obj.pk])
+        if not cancelled:
+            self.message_user(request, f"{obj} had finished: nothing to cancel.", messages.WARNING)
+            return HttpResponseRedirect(reverse("admin:django_pgjobs_job_changelist"))
+        self.message_user(request, f"{obj} cancelled (now a dead letter).", messages.SUCCESS)
+        if DeadJob.objects.filter(pk=obj.pk).exists():
+            return HttpResponseRedirect(
+                reverse("admin:django_pgjobs_deadjob_change", args=[obj.pk])
+            )
+        return HttpResponseRedirect(reverse("admin:django_pgjobs_job_changelist"))
+
+    @admin.display(description="key", ordering="key")
+    def key_short(self, obj: Job) -> str:
+        return _shortened(obj.key or "", 24)
+
+    @admin.display(description="state", ordering="state")
+    def state_and_progress(self, obj: Job) -> SafeString:
+        if obj.state == JobState.RUNNING and obj.progress:
+            return format_html("running {}", progress_bar(obj.progress))
+        return format_html("{}", obj.state)
+
+    @admin.display(description="progress")
+    def progress_wide(self, obj: Job) -> SafeString:
+        return progress_bar(obj.progress, wide=True) or mark_safe("-")
+
+    @admin.display(description="worker", ordering="worker_id")
+    def worker_short(self, obj: Job) -> str:
+        return _shortened(obj.worker_id or "", 28)
+
+    @admin.display(description="run after", ordering="run_after")
+    def runs(self, obj: Job) -> str:
+        return labels.ago(getattr(obj, "runs_in", None))
+
+    @admin.display(description="result")
+    def pretty_result(self, obj: Job) -> SafeString:
+        return pretty_json(obj.result)
+
+    @admin.action(description="Run now (pending jobs)", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        moved = Job.objects.run_now(list(queryset.values_list("id", flat=True)))
+        self.message_user(request, f"{moved} {jobs_word(moved)} set to run now.", messages.SUCCESS)
+
+    @admin.action(description="Cancel (dead-letter as cancelled)", permissions=["change"])
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        ids = list(queryset.order_by("id").values_list("id", flat=True))
+        if request.POST.get("confirmed") != "yes":
+            return confirmation(
+                self,
+                request,
+                queryset,
+                ids,
+                action="cancel",
+                title="Cancel jobs?",
+                explanation="Each moves to the dead letters with the reason cancelled; a "
+                "running one's handler is told and can no longer record anything. A "
+                "cancelled job can be requeued from the dead letters.",
+                button="Yes, cancel them",
+            )
+        cancelled = sum(Job.objects.cancel_many(batch) for batch in in_batches(ids))
+        skipped = len(ids) - cancelled
+        message = f"{cancelled:,} {jobs_word(cancelled)} cancelled"
+        if skipped:
+            message += f", {skipped:,} skipped (already finished)"
+        self.message_user(request, message + ".", messages.SUCCESS)
+        return None
+
+
+@admin.register(DeadJob)
+class DeadJobAdmin(ReadOnlyJobAdmin):
+    list_display = (
+        "id",
+        "kind",
+        "queue",
+        "reason_short",
+        "attempts",
+        "died_at",
+        "last_error_line",
+    )
+    list_filter = (ReasonFilter, DeadQueueFilter, KindFilter)
+    actions = ("requeue", "delete_selected")
+    buttons = (
+        ("requeue", "Requeue", "Back to pending with fresh attempts."),
+        ("delete", "Delete", "Forget this dead letter."),
+    )
+    fieldsets = (
+        (
+            None,
+            {"fields": ("state_line", "attempts_of", "last_error", "traceback", "error_table")},
+        ),
+        ("Payload", {"fields": ("pretty_payload",)}),
+        (
+            "Details",
+            {
+                "classes": ("collapse",),
+                "fields": (
+                    "id",
+                    "kind",
+                    "queue",
+                    "key",
+                    "priority",
+                    "run_after",
+                    "lease",
+                    "timeout",
+                    "expires_at",
+                    "created_at",
+                    *ReadOnlyJobAdmin.claim_fields,
+                    "limit_key",
+                ),
+            },
+        ),
+    )
+    ordering = ("-died_at", "-id")  # type: ignore[assignment]
+
+    def state_of(self, obj: DeadJob) -> str:
+        return f"dead ({obj.reason}) since {humane_time(obj.died_at)}"
+
+    def press(self, request: HttpRequest, name: str, obj: DeadJob) -> HttpResponse:
+        if name == "delete":
+            DeadJob.objects.filter(pk=obj.pk).delete()
+            self.message_user(request, f"Dead letter {obj} deleted.", messages.SUCCESS)
+            return HttpResponseRedirect(reverse("admin:django_pgjobs_deadjob_changelist"))
+        result = DeadJob.objects.requeue([obj.pk])
+        text = f"{obj} requeued." if result.requeued else f"{obj} merged into a live job."
+        self.message_user(request, text, messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:django_pgjobs_job_changelist") + f"?q={obj.pk}")
+
+    @admin.display(description="reason", ordering="reason")
+    def reason_short(self, obj: DeadJob) -> str:
+        return _shortened(obj.reason, 40)
+
+    @admin.display(description="last error")
+    def last_error_line(self, obj: DeadJob) -> str:
+        first = (obj.last_error or "").strip().splitlines()
+        return _shortened(first[0], 60) if first else ""
+
+    @admin.action(description="Requeue (back to pending, attempts reset)", permissions=["change"])
+    def requeue(self, request: HttpRequest, queryset: QuerySet[DeadJob]) -> HttpResponse | None:
+        ids = list(queryset.order_by("id").values_list("id", flat=True))
+        if all_matching(request) and request.POST.get("confirmed") != "yes":
+            return confirmation(
+                self,
+                request,
+                queryset,
+                ids,
+                action="requeue",
+                title="Requeue dead letters?",
+                explanation="Each goes back to pending with fresh attempts; one whose key "
+                "has a live job is merged into it.",
+                button="Yes, requeue them",
+            )
+        requeued = merged = 0
+        for batch in in_batches(ids):
+            result = DeadJob.objects.requeue(batch)
+            requeued, merged = requeued + result.requeued, merged + result.merged
+        message = f"{requeued:,} {jobs_word(requeued)} requeued"
+        if merged:
+            message += f", {merged:,} merged into a live job"
+        self.message_user(request, message + ".", messages.SUCCESS)
+        return None
+
+
+def _shortened(text: str, length: int) -> str:
+    """`text`, cut to `length` characters with an ellipsis (a list shows 50 rows: plain
+    slicing, not Truncator's per-call regular expressions)."""
+    return text if len(text) <= length else text[: length - 1] + "…"

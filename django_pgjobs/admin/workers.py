@@ -1,0 +1,127 @@
+"""The worker registry: every runjobs process, live, stopped or gone, and what it runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import (
+    DurationField,
+    ExpressionWrapper,
+    F,
+    QuerySet,
+)
+from django.db.models.functions import Now
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+)
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from django_pgjobs import labels
+from django_pgjobs.admin.common import (
+    humane_time,
+    refuse_action,
+    refuse_bad_params,
+)
+from django_pgjobs.managers.workers import unserved_queues
+from django_pgjobs.models import Job, QueueControl, Worker
+from django_pgjobs.states import JobState
+
+
+@admin.register(Worker)
+class WorkerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """The workers as they last reported themselves: live, stopped, or gone (3 missed
+    heartbeats by the database clock), and what each runs now. Read only."""
+
+    list_display = (
+        "id",
+        "liveness",
+        "queues_served",
+        "running_now",
+        "succeeded",
+        "failed",
+        "seen",
+        "started",
+    )
+    list_filter = ("host",)
+    search_fields = ("id",)
+    ordering = ("-started_at", "id")
+    change_list_template = "admin/django_pgjobs/worker_change_list.html"
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # workers register themselves
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the sweeper prunes workers gone for a day
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
+        seen = ExpressionWrapper(Now() - F("last_seen_at"), output_field=DurationField())
+        queryset: QuerySet[Worker] = super().get_queryset(request)
+        return queryset.annotate(seen_ago=seen)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        refused = refuse_bad_params(request) or refuse_action(self, request)
+        if refused is not None:
+            return refused
+        unserved = unserved_queues(QueueControl.objects.status(), Worker.objects.status())
+        context = {"title": "Workers", "unserved": unserved}
+        return super().changelist_view(request, {**(extra_context or {}), **context})
+
+    @admin.display(description="state")
+    def liveness(self, obj: Worker) -> SafeString:
+        state = worker_state(obj)
+        return format_html('<span class="pgjobs-worker-{}">{}</span>', state, state)
+
+    @admin.display(description="queues")
+    def queues_served(self, obj: Worker) -> str:
+        return ", ".join(obj.queues or [])
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: Worker) -> str:
+        return f"{humane_time(obj.started_at)} (version {obj.version})"
+
+    @admin.display(description="running (of its slots)")
+    def running_now(self, obj: Worker) -> SafeString:
+        if worker_state(obj) != "live":
+            return format_html("- (of {})", obj.concurrency)
+        ids = list(
+            Job.objects.filter(state=JobState.RUNNING, worker_id=obj.id)
+            .order_by("id")
+            .values_list("id", "kind")[:5]
+        )
+        links = format_html_join(
+            ", ",
+            '<a href="{}">{}#{}</a>',
+            (
+                (reverse("admin:django_pgjobs_job_change", args=[job_id]), kind, job_id)
+                for job_id, kind in ids
+            ),
+        )
+        more_n = obj.running - len(ids)
+        more = f" and {more_n} more" if more_n > 0 else ""
+        if not ids:
+            return format_html("{} of {}", obj.running, obj.concurrency)
+        return format_html("{} of {}: {}{}", obj.running, obj.concurrency, links, more)
+
+    @admin.display(description="last seen", ordering="-last_seen_at")
+    def seen(self, obj: Worker) -> str:
+        seen_ago = getattr(obj, "seen_ago", None)
+        return labels.ago(-seen_ago if seen_ago is not None else None)
+
+
+def worker_state(obj: Worker) -> str:
+    """live, stopped, or gone: 3 heartbeats late, measured by the database (seen_ago)."""
+    if obj.stopped_at is not None:
+        return "stopped"
+    seen_ago = getattr(obj, "seen_ago", None)
+    if seen_ago is None or seen_ago.total_seconds() > 3 * obj.heartbeat_s:
+        return "gone"
+    return "live"

@@ -1,0 +1,47 @@
+"""Statements on the worker registry: each `runjobs` heartbeats its own row."""
+
+from __future__ import annotations
+
+HEARTBEAT_WORKER = """
+-- Register a worker, or refresh its row: last seen now (database clock), its counters.
+INSERT INTO pgjobs_worker AS w (id, host, pid, queues, concurrency, version, heartbeat_s,
+                                running, succeeded, failed)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, %(version)s,
+        %(heartbeat_s)s, %(running)s, %(succeeded)s, %(failed)s)
+ON CONFLICT (id) DO UPDATE SET
+    last_seen_at = now(),
+    stopped_at = NULL,
+    running = excluded.running,
+    succeeded = excluded.succeeded,
+    failed = excluded.failed
+"""
+
+STOP_WORKER = """
+-- Mark a worker stopped (it left on its own), with its final counters.
+UPDATE pgjobs_worker
+SET stopped_at = now(), last_seen_at = now(), running = 0,
+    succeeded = %(succeeded)s, failed = %(failed)s
+WHERE id = %(id)s
+"""
+
+LIST_WORKERS = """
+-- Every worker in the registry, newest first, with whether it is live: not stopped and
+-- seen within 3 of its heartbeats, on the database clock.
+SELECT id, host, pid, queues, concurrency, version, heartbeat_s, started_at, last_seen_at,
+       stopped_at, running, succeeded, failed,
+       (stopped_at IS NULL AND last_seen_at > now() - make_interval(secs => 3 * heartbeat_s))
+           AS live,
+       extract(epoch FROM now() - last_seen_at)::float8 AS seen_s_ago
+FROM pgjobs_worker
+ORDER BY started_at DESC, id
+"""
+
+PRUNE_WORKERS = """
+-- Delete up to %(limit)s workers not seen for a day.
+DELETE FROM pgjobs_worker
+WHERE id IN (
+    SELECT id FROM pgjobs_worker
+    WHERE last_seen_at < now() - interval '1 day'
+    LIMIT %(limit)s
+)
+"""

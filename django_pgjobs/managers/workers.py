@@ -1,0 +1,78 @@
+"""`Worker.objects`: the registry of running workers, kept by their heartbeats."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from django.db import models
+
+from django_pgjobs.db import connection as db
+from django_pgjobs.db import sql
+from django_pgjobs.records import QueueStatus, WorkerStatus
+
+if TYPE_CHECKING:
+    from django_pgjobs.models import Worker  # noqa: F401
+
+
+class WorkerManager(models.Manager["Worker"]):
+    """Register, heartbeat and stop a worker's row; list them; prune the long gone."""
+
+    def heartbeat(
+        self,
+        worker_id: str,
+        *,
+        host: str,
+        pid: int,
+        queues: Sequence[str],
+        concurrency: int,
+        version: str,
+        heartbeat_s: float,
+        running: int,
+        succeeded: int,
+        failed: int,
+        using: str | None = None,
+    ) -> None:
+        """Register the worker or refresh its row (last seen: the database's now())."""
+        params = {
+            "id": worker_id,
+            "host": host,
+            "pid": pid,
+            "queues": json.dumps(list(queues)),
+            "concurrency": concurrency,
+            "version": version,
+            "heartbeat_s": float(heartbeat_s),
+            "running": running,
+            "succeeded": succeeded,
+            "failed": failed,
+        }
+        db.rowcount(sql.HEARTBEAT_WORKER, params, using)
+
+    def stopped(
+        self, worker_id: str, *, succeeded: int, failed: int, using: str | None = None
+    ) -> bool:
+        """Mark the worker stopped; False if it has no row."""
+        params = {"id": worker_id, "succeeded": succeeded, "failed": failed}
+        return db.rowcount(sql.STOP_WORKER, params, using) == 1
+
+    def status(self, *, using: str | None = None) -> list[WorkerStatus]:
+        """Every registered worker, newest first, live or not."""
+        rows = db.fetch_named(sql.LIST_WORKERS, {}, using)
+        for row in rows:
+            row["queues"] = db.json_value(row["queues"])
+        return [WorkerStatus(**row) for row in rows]
+
+    def prune(self, limit: int, *, using: str | None = None) -> int:
+        """Delete up to `limit` workers not seen for a day."""
+        return db.rowcount(sql.PRUNE_WORKERS, {"limit": limit}, using)
+
+
+def unserved_queues(queues: Iterable[QueueStatus], workers: Iterable[WorkerStatus]) -> list[str]:
+    """Queues that have runnable jobs, are not paused, and that no live worker claims."""
+    served = {queue for worker in workers if worker.live for queue in worker.queues}
+    return sorted(
+        status.queue
+        for status in queues
+        if status.runnable.value > 0 and not status.paused and status.queue not in served
+    )

@@ -1,0 +1,56 @@
+// The dashboard's refresh: every few seconds, while the tab is visible, fetch the JSON
+// view and put its rendered fragments in place. No build step, no library.
+(function () {
+  "use strict";
+  var root = document.getElementById("pgjobs-dashboard");
+  if (!root) return;
+  var url = root.dataset.url;
+  var every = Math.max(1, Number(root.dataset.every) || 5) * 1000;
+  var said = document.getElementById("pgjobs-refreshed");
+  var timer = null;
+  var parts = {
+    queues: "pgjobs-queues",
+    workers: "pgjobs-workers",
+    kinds: "pgjobs-kinds",
+    hour: "pgjobs-chart-hour",
+    day: "pgjobs-chart-day"
+  };
+
+  function refresh() {
+    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (response) {
+        if (!response.ok) throw new Error("HTTP " + response.status);
+        return response.json();
+      })
+      .then(function (data) {
+        Object.keys(parts).forEach(function (name) {
+          var element = document.getElementById(parts[name]);
+          if (element && data.html[name] !== undefined) element.innerHTML = data.html[name];
+        });
+        root.dataset.refreshedAt = data.at;
+        said.textContent = "Updated at " + new Date().toLocaleTimeString() + ".";
+      })
+      .catch(function (error) {
+        said.textContent = "Could not refresh (" + error.message + "); trying again.";
+      });
+  }
+
+  function start() {
+    if (timer === null) timer = window.setInterval(refresh, every);
+  }
+
+  function stop() {
+    if (timer !== null) window.clearInterval(timer);
+    timer = null;
+  }
+
+  document.addEventListener("visibilitychange", function () {
+    if (document.hidden) {
+      stop();
+    } else {
+      refresh();
+      start();
+    }
+  });
+  if (!document.hidden) start();
+})();

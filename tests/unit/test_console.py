@@ -1,0 +1,339 @@
+"""The operator's console in the admin: search by prefix along the indexes, reasons by
+category, object pages led by what went wrong and their buttons, refusals that say so,
+progress, and hostile query strings answered with a 400 or an empty list, never a 500."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.test import Client
+from django.urls import reverse
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from django_pgjobs.models import DeadJob, Job
+from tests.helpers import count, execute, row, seconds_from_now
+
+pytestmark = pytest.mark.django_db
+
+JOBS = reverse("admin:django_pgjobs_job_changelist")
+DEAD = reverse("admin:django_pgjobs_deadjob_changelist")
+
+
+def job_page(job_id: int) -> str:
+    return reverse("admin:django_pgjobs_job_change", args=[job_id])
+
+
+def dead_page(job_id: int) -> str:
+    return reverse("admin:django_pgjobs_deadjob_change", args=[job_id])
+
+
+def act(model: str, job_id: int, name: str) -> str:
+    return reverse(f"admin:django_pgjobs_{model}_act", args=[job_id, name])
+
+
+@pytest.fixture
+def jobs() -> dict[str, int]:
+    """Live jobs of two kinds (one keyed, one running with progress), and dead letters
+    with each kind of reason."""
+    ids = {
+        "report": Job.objects.enqueue("billing.report", {"n": 1}, queue="billing").id,
+        "keyed": Job.objects.enqueue(
+            "billing.sync", queue="billing", key="account:7", delay=3600
+        ).id,
+    }
+    Job.objects.enqueue("media.encode", {"file": "a.mp4"}, queue="media")
+    running = Job.objects.claim_one("media", "host:1:abc")
+    ids["running"] = running.id
+    execute(
+        "UPDATE pgjobs_job SET progress = %s::jsonb WHERE id = %s",
+        ['{"fraction": 0.4, "message": "frame 40", "data": {}, "at": "2026-12-01T10:00:00Z"}',
+         running.id],
+    )  # fmt: skip
+    reasons = {
+        "spent": None,
+        "failed": "failed",
+        "custom": "the remote said no",
+        "unknown": "unknown job kind 'gone.away'",
+        "payload": "payload does not fit the handler of x: missing a required argument: 'y'",
+    }
+    for name, reason in reasons.items():
+        attempts = 1 if reason is None else 2
+        Job.objects.enqueue("ops.task", {"name": name}, queue="ops", max_attempts=attempts)
+        handle = Job.objects.claim_one("ops", "host:2:def")
+        try:
+            raise RuntimeError(f"boom {name}")
+        except RuntimeError as error:
+            handle.retry(error, delay=0)  # the last for "spent": max attempts exceeded
+        if reason is not None:
+            Job.objects.claim_one("ops", "host:2:def").fail(reason)
+        ids[name] = handle.id
+    ids["cancelled"] = Job.objects.enqueue("ops.task", {"name": "c"}, queue="ops").id
+    Job.objects.cancel_many([ids["cancelled"]])
+    return ids
+
+
+def shown(client: Client, url: str, **params: Any) -> set[int]:
+    response = client.get(url, params)
+    assert response.status_code == 200
+    return {obj.id for obj in response.context["cl"].result_list}
+
+
+def test_the_lists_show_a_search_box(admin_client: Client, jobs: dict[str, int]) -> None:
+    for url in (JOBS, DEAD):
+        page = admin_client.get(url).content.decode()
+        assert 'id="searchbar"' in page
+        assert "the start of a kind or a key" in page
+
+
+def test_search_finds_kinds_and_keys_by_their_start_and_ids_exactly(
+    admin_client: Client, jobs: dict[str, int]
+) -> None:
+    assert shown(admin_client, JOBS, q="billing.") == {jobs["report"], jobs["keyed"]}
+    assert shown(admin_client, JOBS, q="billing.rep") == {jobs["report"]}
+    assert shown(admin_client, JOBS, q="account:") == {jobs["keyed"]}
+    assert shown(admin_client, JOBS, q=str(jobs["running"])) == {jobs["running"]}
+    assert shown(admin_client, JOBS, q="port") == set()  # a prefix, not a substring
+    assert shown(admin_client, JOBS, q="billing%") == set()  # LIKE's wildcards are literal
+    assert len(shown(admin_client, DEAD, q="ops.")) == 6
+
+
+def test_search_by_prefix_walks_an_index_on_either_table() -> None:
+    from django.db.models import Q
+
+    for model in (Job, DeadJob):
+        prefix = Q(kind__startswith="billing.") | Q(key__startswith="account:")
+        queryset = model.objects.filter(prefix)  # type: ignore[attr-defined]
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            plan = queryset.explain()
+        table = model._meta.db_table
+        assert f"{table}_kind_prefix" in plan and f"{table}_key_prefix" in plan, plan
+
+
+@pytest.mark.parametrize(
+    ("category", "expected"),
+    [
+        ("max_attempts", ["spent"]),
+        ("failed", ["failed"]),
+        ("cancelled", ["cancelled"]),
+        ("unknown_kind", ["unknown"]),
+        ("payload", ["payload"]),
+        ("other", ["custom"]),
+        ("expired", []),
+    ],
+)
+def test_dead_letters_filter_by_a_bounded_list_of_reason_categories(
+    admin_client: Client, jobs: dict[str, int], category: str, expected: list[str]
+) -> None:
+    assert shown(admin_client, DEAD, reason=category) == {jobs[name] for name in expected}
+    page = admin_client.get(DEAD).content.decode()
+    assert "the remote said no" not in re.sub(r"<table id=\"result_list\".*", "", page, flags=re.S)
+
+
+def test_a_job_page_leads_with_state_attempts_error_and_traceback(
+    admin_client: Client, jobs: dict[str, int]
+) -> None:
+    page = admin_client.get(dead_page(jobs["custom"])).content.decode()
+    where = {
+        label: page.index(text)
+        for label, text in (
+            ("state", "dead (the remote said no)"),
+            ("attempts", "2 of 2"),
+            ("traceback", "RuntimeError: boom custom"),
+            ("payload", "&quot;name&quot;: &quot;custom&quot;"),
+            ("details", "Details"),
+        )
+    }
+    assert where["state"] < where["attempts"] < where["traceback"] < where["payload"]
+    assert where["payload"] < where["details"]
+    assert re.search(r'<fieldset class="[^"]*collapse', page) or "<details" in page
+    assert "pgjobs-traceback" in page  # wraps
+    assert not re.search(r"\d{2}:\d{2}:\d{2}\.\d{6}", page)  # no raw ISO times
+    assert "Lease s" not in page and "lease" in page
+    assert "/history/" not in page  # no HISTORY button that shows nothing
+
+
+def test_lists_and_pages_are_titled_for_what_they_are(
+    admin_client: Client, jobs: dict[str, int]
+) -> None:
+    page = admin_client.get(JOBS).content.decode()
+    assert "Select job to change" not in page and "<h1>Jobs</h1>" in page
+    assert "Job queue" in page  # the breadcrumb names the app, not "Jobs > Jobs"
+    assert "<h1>Dead letters</h1>" in admin_client.get(DEAD).content.decode()
+
+
+def test_a_running_jobs_progress_shows_as_a_bar(admin_client: Client, jobs: dict) -> None:
+    listed = admin_client.get(JOBS).content.decode()
+    assert 'class="pgjobs-progress"' in listed and "40%" in listed
+    detail = admin_client.get(job_page(jobs["running"])).content.decode()
+    assert "pgjobs-progress-wide" in detail and "frame 40" in detail
+
+
+def test_the_buttons_of_a_job_page_do_what_they_say(
+    admin_client: Client, jobs: dict[str, int]
+) -> None:
+    page = admin_client.get(job_page(jobs["keyed"])).content.decode()
+    assert 'name="pgjobs-run_now"' in page and 'name="pgjobs-cancel"' in page
+    assert f'action="{act("job", jobs["keyed"], "run_now")}"' in page  # absolute, not relative
+    running = admin_client.get(job_page(jobs["running"])).content.decode()
+    assert 'name="pgjobs-run_now"' not in running  # only a pending job can run now
+
+    response = admin_client.post(act("job", jobs["keyed"], "run_now"), follow=True)
+    assert "set to run now." in response.content.decode()
+    assert seconds_from_now("run_after", jobs["keyed"]) <= 0
+
+    response = admin_client.post(act("job", jobs["running"], "cancel"), follow=True)
+    assert "cancelled (now a dead letter)." in response.content.decode()
+    assert DeadJob.objects.get(pk=jobs["running"]).reason == "cancelled"
+
+    response = admin_client.post(act("deadjob", jobs["custom"], "requeue"), follow=True)
+    assert "requeued." in response.content.decode()
+    assert row(jobs["custom"], "state", "attempts") == ("pending", 0)
+
+    response = admin_client.post(act("deadjob", jobs["failed"], "delete"), follow=True)
+    assert "deleted." in response.content.decode()
+    assert not DeadJob.objects.filter(pk=jobs["failed"]).exists()
+
+
+def test_a_button_answers_a_get_with_the_page_and_changes_nothing(
+    admin_client: Client, jobs: dict[str, int]
+) -> None:
+    response = admin_client.get(act("job", jobs["keyed"], "run_now"))
+    assert response.status_code == 302 and response["Location"] == job_page(jobs["keyed"])
+    assert seconds_from_now("run_after", jobs["keyed"]) > 3000
+
+
+@pytest.fixture
+def viewer(client: Client) -> Client:
+    user = User.objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__in=["view_job", "view_deadjob"]))
+    client.force_login(user)
+    return client
+
+
+def test_view_only_staff_see_no_buttons(viewer: Client, jobs: dict[str, int]) -> None:
+    for url in (job_page(jobs["keyed"]), dead_page(jobs["custom"])):
+        page = viewer.get(url).content.decode()
+        assert 'class="pgjobs-button' not in page and 'name="pgjobs-' not in page
+
+
+def test_a_forged_button_post_is_refused_with_a_message_and_changes_nothing(
+    viewer: Client, jobs: dict[str, int]
+) -> None:
+    forged = [
+        act("job", jobs["keyed"], "run_now"),
+        act("job", jobs["running"], "cancel"),
+        act("deadjob", jobs["custom"], "requeue"),
+        act("deadjob", jobs["failed"], "delete"),
+    ]
+    for url in forged:
+        response = viewer.post(url, follow=True)
+        assert "Refused: you may not" in response.content.decode(), url
+    assert count() == 3 and count("pgjobs_dead") == 6
+    assert seconds_from_now("run_after", jobs["keyed"]) > 3000
+
+
+def test_a_forged_list_action_is_refused_with_a_message_and_changes_nothing(
+    viewer: Client, jobs: dict[str, int]
+) -> None:
+    response = viewer.post(
+        DEAD, {"action": "requeue", "_selected_action": [jobs["custom"]]}, follow=True
+    )
+    assert "Refused: you may not run “requeue” on dead letters" in response.content.decode()
+    response = viewer.post(
+        JOBS,
+        {"action": "cancel", "_selected_action": [jobs["report"]], "confirmed": "yes"},
+        follow=True,
+    )
+    assert "Refused" in response.content.decode()
+    assert count() == 3 and count("pgjobs_dead") == 6
+
+
+def test_an_unknown_button_is_refused(admin_client: Client, jobs: dict[str, int]) -> None:
+    response = admin_client.post(act("job", jobs["keyed"], "explode"), follow=True)
+    assert "Refused" in response.content.decode()
+
+
+def test_the_schedules_list_has_no_empty_glance(admin_client: Client, jobs: dict) -> None:
+    page = admin_client.get(reverse("admin:django_pgjobs_schedule_changelist")).content.decode()
+    assert "No jobs, no dead letters" not in page
+
+
+def test_the_glance_counts_are_links_to_the_filtered_lists(
+    admin_client: Client, jobs: dict[str, int]
+) -> None:
+    page = admin_client.get(JOBS).content.decode()
+    assert 'href="/admin/django_pgjobs/deadjob/?queue=ops"' in page
+    assert "?queue=billing&amp;readiness=runnable" in page
+    assert shown(admin_client, JOBS, queue="billing", readiness="runnable") == {jobs["report"]}
+
+
+#: Query strings a person or a script may send: any text, NULs too. Lone surrogates cannot
+#: be sent as text (no UTF-8 for them): the raw bytes test below sends what would be.
+hostile_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=40) | st.sampled_from(
+    ["\x00", "a\x00b", "'; DROP TABLE pgjobs_job; --", "%", "_", "\\", "9" * 30, "-1", "é" * 400]
+)
+PARAMS = ["q", "queue", "kind", "reason", "state__exact", "readiness", "o", "p", "died_at__gte"]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(name=st.sampled_from(PARAMS), value=hostile_text, dead=st.booleans())
+def test_hostile_query_strings_get_a_400_or_a_list_never_a_500(
+    admin_client: Client, name: str, value: str, dead: bool
+) -> None:
+    url = DEAD if dead else JOBS
+    response = admin_client.get(url, {name: value})
+    assert response.status_code in (200, 302, 400), (name, value, response.status_code)
+    if response.status_code == 400:
+        assert "NUL" in response.content.decode() or "too long" in response.content.decode()
+
+
+def test_requeue_all_matching_the_filter_asks_with_the_count_then_goes_in_batches(
+    admin_client: Client, jobs: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_pgjobs.admin import jobs as job_admin
+
+    monkeypatch.setattr(
+        job_admin, "in_batches", lambda ids: [ids[i : i + 2] for i in range(0, len(ids), 2)]
+    )
+    url = f"{DEAD}?reason=other"  # the filter, and a page selection of one of them
+    for extra in range(5):
+        Job.objects.enqueue("ops.task", {"extra": extra}, queue="ops", max_attempts=2)
+        Job.objects.claim_one("ops", "w").fail(f"said no {extra}")
+    chosen = {"action": "requeue", "_selected_action": [jobs["custom"]], "select_across": "1"}
+    confirm = admin_client.post(url, chosen)
+    assert confirm.status_code == 200
+    assert "Requeue 6 jobs, every one matching the list's filter?" in confirm.content.decode()
+    assert count("pgjobs_dead") == 11  # nothing happened yet
+    done = admin_client.post(url, {**chosen, "confirmed": "yes"}, follow=True)
+    assert "6 jobs requeued." in done.content.decode()
+    assert count("pgjobs_dead") == 5 and count("pgjobs_dead", "reason = 'failed'") == 1
+
+
+def test_cancel_all_matching_the_filter_states_the_count(
+    admin_client: Client, jobs: dict[str, int]
+) -> None:
+    chosen = {"action": "cancel", "_selected_action": [jobs["report"]], "select_across": "1"}
+    confirm = admin_client.post(f"{JOBS}?queue=billing", chosen)
+    assert "Cancel 2 jobs, every one matching" in confirm.content.decode()
+    admin_client.post(f"{JOBS}?queue=billing", {**chosen, "confirmed": "yes"})
+    assert count(where="queue = 'billing'") == 0 and count() == 1
+
+
+@pytest.mark.parametrize("raw", ["%00", "%ED%A0%80", "%FF%FE", "%C3", "%25%00", "%E2%80%AE"])
+@pytest.mark.parametrize("name", ["q", "queue", "kind", "reason"])
+def test_query_strings_of_raw_bytes_that_are_not_utf8_never_give_a_500(
+    admin_client: Client, name: str, raw: str
+) -> None:
+    for url in (JOBS, DEAD):
+        response = admin_client.get(f"{url}?{name}={raw}")
+        assert response.status_code in (200, 302, 400), (url, name, raw)
