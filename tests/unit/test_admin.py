@@ -10,7 +10,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from django_pgjobs.managers import jobs as job_manager
+from django_pgjobs.managers import reads as job_reads
 from django_pgjobs.models import DeadJob, Job, JobStats, QueueControl, Schedule
 from django_pgjobs.scheduler import Scheduler
 from tests.helpers import count, execute, row, seconds_from_now
@@ -239,7 +239,7 @@ def test_counts_past_the_cap_are_estimates_and_say_so(
 ) -> None:
     Job.objects.enqueue_many([{"kind": "demo.bulk", "queue": "bulk"}] * 30)
     execute("ANALYZE pgjobs_job")
-    monkeypatch.setattr(job_manager, "COUNT_CAP", 5)
+    monkeypatch.setattr(job_reads, "COUNT_CAP", 5)
     response = admin_client.get(JOBS)
     row = next(q for q in response.context["glance"] if q["queue"] == "bulk")
     bulk = row["status"]
