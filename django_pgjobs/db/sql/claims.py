@@ -34,8 +34,9 @@ WITH RECURSIVE levels (queue, priority) AS (
     -- A skip scan of the claim index: one row per (queue, priority) holding pending
     -- jobs, each found by one index probe. Reading runnable rows level by level means a
     -- claim never wades through scheduled rows sorted between two runnable ones.
-    SELECT q.name, (SELECT max(j.priority) FROM pgjobs_job AS j
-                    WHERE j.state = 'pending' AND {UNKEYED} AND j.queue = q.name)
+    SELECT q.name, (SELECT j.priority FROM pgjobs_job AS j
+                    WHERE j.state = 'pending' AND {UNKEYED} AND j.queue = q.name
+                    ORDER BY j.priority DESC LIMIT 1)
     FROM unnest(%(queues)s::text[]) AS q(name)
     -- Paused queues are never claimed; limited ones only by CLAIM_LIMITED_JOBS.
     WHERE NOT EXISTS (
@@ -44,9 +45,10 @@ WITH RECURSIVE levels (queue, priority) AS (
           AND (c.paused OR c.max_running IS NOT NULL OR c.rate_limit IS NOT NULL)
     )
     UNION ALL
-    SELECT l.queue, (SELECT max(j.priority) FROM pgjobs_job AS j
+    SELECT l.queue, (SELECT j.priority FROM pgjobs_job AS j
                      WHERE j.state = 'pending' AND {UNKEYED} AND j.queue = l.queue
-                       AND j.priority < l.priority)
+                       AND j.priority < l.priority
+                     ORDER BY j.priority DESC LIMIT 1)
     FROM levels AS l
     WHERE l.priority IS NOT NULL
 ),
