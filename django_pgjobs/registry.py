@@ -45,10 +45,12 @@ class JobDefinition:
     schedule: Any = None
     #: The concurrency key and limits its jobs carry (S34, S35), if any.
     limits: Limits | None = None
+    #: Whether the handler is a coroutine function: worked out once, not per job (the
+    #: worker asks it of every job it holds and runs).
+    is_async: bool = field(init=False)
 
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.func)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.func))
 
     def misfit(self, payload: object) -> str | None:
         """Why `payload` cannot be this handler's keyword arguments, if it cannot (S28):
