@@ -9,19 +9,6 @@ and promotion, the columns a job keeps) are named pieces of `fragments`, spliced
 
 from __future__ import annotations
 
-from django_pgjobs.db.sql import (
-    claims,
-    dead,
-    jobs,
-    limits,
-    listen,
-    queues,
-    schedules,
-    session,
-    stats,
-    workers,
-    workflows,
-)
 from django_pgjobs.db.sql.claims import *  # noqa: F403
 from django_pgjobs.db.sql.claims import claim_jobs
 from django_pgjobs.db.sql.dead import *  # noqa: F403
@@ -38,23 +25,11 @@ from django_pgjobs.db.sql.workflows import *  # noqa: F403
 JOB_TABLE = "pgjobs_job"
 DEAD_TABLE = "pgjobs_dead"
 
-#: Every statement, by name: the managers' whole vocabulary.
+#: Every statement, by name: the managers' whole vocabulary, read from what the modules
+#: above export, so that a statement module cannot be imported and left out of it.
 STATEMENTS: dict[str, str] = {
     name: value
-    for module in (
-        claims,
-        dead,
-        jobs,
-        limits,
-        listen,
-        queues,
-        schedules,
-        session,
-        stats,
-        workers,
-        workflows,
-    )
-    for name, value in vars(module).items()
+    for name, value in dict(globals()).items()
     if name.isupper() and isinstance(value, str) and value.lstrip().startswith("--")
 }
 
