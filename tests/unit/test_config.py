@@ -11,6 +11,8 @@ import pytest
 from django.core.checks import run_checks
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from django_pgjobs.conf import Settings, pgjobs_settings
 from django_pgjobs.testing.localdb import database_settings
@@ -171,3 +173,15 @@ def test_the_settings_reference_documents_every_setting_with_its_default() -> No
     for name in names:
         assert documented[name] == _as_documented(getattr(Settings, name)), name
     assert all(description.strip() for _, _, description in rows)
+
+
+@settings(max_examples=300, deadline=None)
+@given(netloc=st.text(max_size=60), path=st.text(max_size=20))
+def test_database_settings_of_any_url_is_settings_or_a_value_error(netloc: str, path: str) -> None:
+    """A hostile DATABASE_URL: a DATABASES entry, or a ValueError saying what is wrong."""
+    try:
+        parsed = database_settings(f"postgresql://{netloc}/{path}")
+    except ValueError:
+        return
+    assert set(parsed) == {"ENGINE", "NAME", "USER", "PASSWORD", "HOST", "PORT", "OPTIONS"}
+    assert all(part.isdecimal() for part in parsed["PORT"].split(",") if part)
