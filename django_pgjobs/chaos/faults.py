@@ -33,23 +33,38 @@ class Faults:
         self.load = load
         self.last_fault = 0.0  # monotonic time the last fault ended; 0: none yet
         self._last_restart = float("-inf")
+        self._deck: list[str] = []  # the kinds still to come in this round, next last
 
     def gap(self) -> float:
         """Seconds until the next fault: random, about `fault_every` on average."""
         mean = self.state.config.fault_every
         return min(max(self.state.random.expovariate(1 / mean), mean / 10), mean * 3)
 
-    def inject(self) -> None:
-        """Inject one fault of a kind drawn at random from the run's.
-
-        A restart too soon after the last one becomes another kind; a stop that would leave
-        no worker running becomes a kill; a fault on a worker when none runs is only
-        counted as missed.
+    def next_kind(self) -> str:
+        """The kind of the next fault: the run's kinds dealt in rounds, each round a fresh
+        shuffle, so that every kind comes up once in any len(faults) faults in a row of a
+        round (a run of a few dozen faults meets them all, which a draw with replacement
+        does not promise). A restart too soon after the last one goes back under the deck
+        and the next kind is dealt instead.
         """
-        config, random, slots = self.state.config, self.state.random, self.workers.slots
-        kind = random.choice(config.faults)
+        config = self.state.config
+        if not self._deck:
+            self._deck = list(config.faults)
+            self.state.random.shuffle(self._deck)
+        kind = self._deck.pop()
         if kind == "restart" and time.monotonic() - self._last_restart < config.restart_every:
-            kind = random.choice([k for k in config.faults if k != "restart"] or ["ghost"])
+            self._deck.insert(0, kind)
+            kind = self._deck.pop() if len(self._deck) > 1 else "ghost"
+        return kind
+
+    def inject(self) -> None:
+        """Inject one fault of the next kind (`next_kind`).
+
+        A stop that would leave no worker running becomes a kill; a fault on a worker when
+        none runs is only counted as missed.
+        """
+        random, slots = self.state.random, self.workers.slots
+        kind = self.next_kind()
         running = [worker for worker in slots if worker.alive and worker.stopped_at is None]
         if kind in ("kill", "terminate", "stop") and not running:
             self.state.ledger.missed[kind] += 1

@@ -59,7 +59,7 @@ def test_a_short_chaos_run_injects_every_fault_and_keeps_every_invariant() -> No
         "--jobs=60",
         "--rate=10",
         "--lease=3",
-        "--fault-every=0.4",  # some 30 faults: each of the five kinds comes up
+        "--fault-every=0.4",  # some 30 faults, dealt in rounds of every kind
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output

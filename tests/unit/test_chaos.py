@@ -263,3 +263,37 @@ class TestConfig:
     ) -> None:
         with pytest.raises(ValueError, match=message):
             ChaosConfig(**changes)
+
+
+class TestFaultDealing:
+    """The faults of a run are dealt in shuffled rounds: a short run meets every kind (a draw
+    with replacement left one out in some 2 % of CI's 12 s runs)."""
+
+    def faults(self, kinds: tuple[str, ...], seed: int) -> Any:
+        from random import Random
+
+        from django_pgjobs.chaos.faults import Faults
+        from django_pgjobs.chaos.state import RunState
+
+        restart = "true" if "restart" in kinds else None  # a command is needed, never run
+        config = ChaosConfig(faults=kinds, restart_command=restart)
+        state = RunState(config, "r", "chaos.r", "default", Random(seed), lambda _line: None)
+        return Faults(state, workers=None, load=None)  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize("seed", range(20))
+    def test_every_round_deals_each_kind_once(self, seed: int) -> None:
+        kinds = ("kill", "stop", "terminate", "ghost", "poison", "cancel")
+        faults = self.faults(kinds, seed)
+        dealt = [faults.next_kind() for _ in range(len(kinds) * 4)]
+        for start in range(0, len(dealt), len(kinds)):
+            assert sorted(dealt[start : start + len(kinds)]) == sorted(kinds)
+
+    def test_the_same_seed_deals_the_same_faults(self) -> None:
+        kinds = ("kill", "stop", "ghost", "poison")
+        first, second = self.faults(kinds, 7), self.faults(kinds, 7)
+        assert [first.next_kind() for _ in range(12)] == [second.next_kind() for _ in range(12)]
+
+    def test_a_restart_too_soon_gives_way_to_the_next_kind(self) -> None:
+        faults = self.faults(("restart", "ghost"), 1)
+        faults._last_restart = float("inf")  # every restart is too soon after the last
+        assert [faults.next_kind() for _ in range(6)] == ["ghost"] * 6
