@@ -21,6 +21,8 @@ from django_pgjobs.chaos.run import ChaosConfig
 from tests.helpers import count, other_connection
 from tests.spawn import ROOT, database_url_for_workers
 
+pytestmark = pytest.mark.slow  # each test runs chaosjobs: a supervisor and its workers
+
 
 def chaosjobs(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     env = {
