@@ -29,6 +29,7 @@ from django_pgjobs.payloads import (
     safe_str,
     storable_text,
 )
+from django_pgjobs.records import BatchRecord
 
 logger = logging.getLogger("django_pgjobs.jobs")
 
@@ -64,6 +65,8 @@ class ClaimWriter(Protocol):
     def limit_statement_time(self, handle: JobHandle, seconds: float) -> None: ...
 
     def parent_results(self, handle: JobHandle) -> dict[int, Any]: ...
+
+    def batch_of(self, handle: JobHandle) -> BatchRecord | None: ...
 
 
 class RunControl:
@@ -288,6 +291,13 @@ class JobHandle:
         is acked. A parent that died under on_failure="run" is not among them.
         """
         return self.manager.parent_results(self)
+
+    def batch(self) -> BatchRecord | None:
+        """The batch this job is a member or a callback of (S31), as stored now: its
+        state, tally (members done and failed so far) and callbacks; None if none. A
+        member may add siblings to it (`add_to_batch(ctx.batch().id, ...)`) while it
+        runs."""
+        return self.manager.batch_of(self)
 
     def ack(self, result: Any = None) -> bool:
         """Complete the job (S12). Returns False, changing nothing, if the claim is not current."""

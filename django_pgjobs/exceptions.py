@@ -19,6 +19,14 @@ class InvalidDependency(InvalidJobOption):
     """An `after=` names no job, a dead letter it cannot wait for, or is no list of jobs."""
 
 
+class InvalidBatch(InvalidJobOption):
+    """A batch (S31) without a callback, a member it cannot take, or an unknown batch."""
+
+
+class BatchEnded(PgJobsError):
+    """Members cannot join a batch that has ended: its callbacks were released (S31)."""
+
+
 class InvalidQueueName(InvalidJobOption):
     """The queue name is not valid."""
 

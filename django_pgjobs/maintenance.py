@@ -18,7 +18,15 @@ from dataclasses import dataclass, fields
 from django.db import transaction
 
 from django_pgjobs.conf import pgjobs_settings
-from django_pgjobs.models import DeadJob, Job, JobStats, KindStats, QueueControl, Worker
+from django_pgjobs.models import (
+    Batch,
+    DeadJob,
+    Job,
+    JobStats,
+    KindStats,
+    QueueControl,
+    Worker,
+)
 
 logger = logging.getLogger("django_pgjobs.maintenance")
 
@@ -121,6 +129,9 @@ class Sweeper:
                 configured, retention_s, limit, using=using
             )
 
+        def prune_batches(retention_s: int) -> Callable[[], int]:
+            return lambda: Batch.objects.prune(retention_s, limit, using=using)
+
         passes: list[tuple[str | None, Callable[[], int]]] = [
             (None, expire),
             (None, rescue_lapsed),
@@ -136,6 +147,8 @@ class Sweeper:
         default_retention = pgjobs_settings.default_options().dead_retention_s
         if default_retention is not None:
             passes.append(("dead_pruned", prune_dead_elsewhere(default_retention)))
+            # An ended batch (S31) is kept as long as a dead letter of the default queue.
+            passes.append((None, prune_batches(default_retention)))
         complete = True
         try:
             for counter, batch in passes:

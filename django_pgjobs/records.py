@@ -117,6 +117,44 @@ _RECORD_FIELDS = tuple(f.name for f in fields(JobRecord))
 
 
 @dataclass(frozen=True, slots=True)
+class BatchCallbackState:
+    """One callback of a batch (S31): what it fires on, its job, and where that job is
+    ('waiting', 'pending', 'running', 'done', 'dead'; None once acked or if never fired)."""
+
+    fires_on: str
+    job_id: int
+    job_state: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    """A batch as stored (S31). `done` and `failed` count the members that ended so far
+    (recorded for good at the batch's end); `fired` the callbacks its end released."""
+
+    id: int
+    state: str
+    members: int
+    done: int
+    failed: int
+    created_at: datetime
+    ended_at: datetime | None
+    callbacks: tuple[BatchCallbackState, ...]
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ("succeeded", "failed")
+
+    @property
+    def fired(self) -> tuple[BatchCallbackState, ...]:
+        """The callbacks released by the batch's end: on_complete, and on_success or
+        on_failure as the members ended. Empty before the end."""
+        if not self.ended:
+            return ()
+        matching = {"complete", "success" if self.state == "succeeded" else "failure"}
+        return tuple(c for c in self.callbacks if c.fires_on in matching)
+
+
+@dataclass(frozen=True, slots=True)
 class RunningJob:
     """A job running now, as `jobsctl running` shows it."""
 

@@ -65,7 +65,7 @@ class Workflow:
         """
         if self.written:
             raise InvalidJobOption("This workflow was written already; start another.")
-        kind, given = _kind_and_options(target)
+        kind, given = kind_and_options(target, "a workflow's step")
         refused = [name for name in REFUSED_OPTIONS if name in given]
         if refused:
             raise InvalidJobOption(
@@ -74,13 +74,7 @@ class Workflow:
             )
         parents = list(given.pop("after", None) or []) + list(after or [])
         edges = resolve_after(parents, self)
-        defaults = registry.decorator_defaults(kind)
-        resolved = options.resolve_job(kind, payload, defaults=defaults, **given)
-        from django_pgjobs.managers.enqueue import fit_payload, known_kind, with_limits
-
-        known_kind(resolved.kind)
-        fit_payload(resolved.kind, payload)
-        resolved = with_limits(resolved, payload)
+        resolved = resolve_step(kind, given, payload)
         step = WorkflowStep(self, len(self.steps), resolved.kind)
         self.steps.append(step)
         self._jobs.append(resolved)
@@ -121,17 +115,40 @@ def workflow(*, using: str | None = None) -> Workflow:
     return Workflow(using=using)
 
 
-def _kind_and_options(target: Any) -> tuple[str, dict[str, Any]]:
+def kind_and_options(target: Any, what: str) -> tuple[str, dict[str, Any]]:
+    """The kind and the `.using(...)` options of `target`: a @job function, its
+    `.using(...)`, or a kind's name. `what` names the job in errors ("a workflow's step").
+
+    Raises:
+        InvalidJobOption: anything else, or a @job with a key function.
+    """
     if isinstance(target, str):
         return target, {}
     definition = getattr(target, "definition", None)
     if definition is None or not hasattr(target, "enqueue_options"):
         raise InvalidJobOption(
-            f"wf.add() takes a @job function, its .using(...), or a kind's name, not {target!r}."
+            f"{what[0].upper()}{what[1:]} takes a @job function, its .using(...), or a "
+            f"kind's name, not {target!r}."
         )
     if definition.key is not None:
         raise InvalidJobOption(
-            f"{definition.kind!r} has a key function: a waiting job has no key, so it "
-            "cannot be a workflow's step."
+            f"{definition.kind!r} has a key function: a job written with dependencies "
+            f"has no key, so it cannot be {what}."
         )
     return definition.kind, dict(target.enqueue_options)
+
+
+def resolve_step(kind: str, given: dict[str, Any], payload: Any) -> options.ResolvedJob:
+    """Resolve one job of a workflow or a batch as an enqueue would, decorator defaults
+    and limits included, its payload fitted to its handler (S28).
+
+    Raises:
+        InvalidJobOption: a subclass naming what is wrong.
+    """
+    defaults = registry.decorator_defaults(kind)
+    resolved = options.resolve_job(kind, payload, defaults=defaults, **given)
+    from django_pgjobs.managers.enqueue import fit_payload, known_kind, with_limits
+
+    known_kind(resolved.kind)
+    fit_payload(resolved.kind, payload)
+    return with_limits(resolved, payload)

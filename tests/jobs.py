@@ -293,3 +293,32 @@ def claim_time(ctx: JobHandle) -> None:
 @job(name="tests.bad_key", concurrency_key=lambda payload: 1 // payload["n"], concurrency=1)
 def bad_key(n: int) -> None:
     return None
+
+
+@job(name="tests.fan_out")
+def fan_out(ctx: JobHandle, depth: int, width: int = 2) -> int:
+    """A batch's member that adds `width` siblings one level shallower while it runs
+    (dynamic fan-out, S31), down to depth 0."""
+    from django_pgjobs.batches import add_to_batch
+
+    _note(ctx, f"member depth={depth}")
+    if depth > 0:
+        found = ctx.batch()
+        assert found is not None
+        for _ in range(width):
+            add_to_batch(found.id, "tests.fan_out", depth=depth - 1, width=width)
+    return depth
+
+
+@job(name="tests.batch_report")
+def batch_report(ctx: JobHandle, label: str) -> None:
+    """A batch's callback: notes how its batch ended, as it reads it, and how many of its
+    members' results it can read."""
+    found = ctx.batch()
+    assert found is not None
+    results = ctx.parent_results()
+    _note(
+        ctx,
+        f"{label} batch={found.id} state={found.state} members={found.members} "
+        f"done={found.done} failed={found.failed} results={len(results)}",
+    )

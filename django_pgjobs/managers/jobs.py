@@ -18,13 +18,14 @@ from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
 from django_pgjobs.dependencies import Edge
-from django_pgjobs.managers import claiming, workflows
+from django_pgjobs.managers import batches, claiming, workflows
 from django_pgjobs.managers import enqueue as enqueueing
 from django_pgjobs.managers.queues import limited_queues
 from django_pgjobs.managers.reads import JobReads
 from django_pgjobs.options import UNSET
 from django_pgjobs.payloads import encode_result
 from django_pgjobs.records import (
+    BatchRecord,
     EnqueueResult,
     Heartbeats,
     RescueResult,
@@ -419,6 +420,10 @@ class JobManager(JobReads):
     def parent_results(self, handle: JobHandle) -> dict[int, Any]:
         """The results of `handle`'s job's parents that are done, by id (S29)."""
         return workflows.parent_results(handle.id, handle.using)
+
+    def batch_of(self, handle: JobHandle) -> BatchRecord | None:
+        """The batch `handle`'s job is a member or a callback of (S31), or None."""
+        return batches.batch_of_job(handle.id, handle.using)
 
     def run_now(self, job_ids: Sequence[int], *, using: str | None = None) -> int:
         """Make pending jobs runnable now; return how many were pending."""

@@ -10,7 +10,7 @@ from django.db import migrations, models
 
 # The function's text as of this migration; a later change to it comes with a
 # migration of its own that runs CREATE OR REPLACE again.
-from django_pgjobs.db.sql.workflows import DROP_END_PARENTS_FUNCTION, END_PARENTS_FUNCTION
+from django_pgjobs.db.sql.workflows import DROP_END_PARENTS_FUNCTION, END_PARENTS_FUNCTION_0006
 
 
 class Migration(migrations.Migration):
@@ -138,5 +138,5 @@ class Migration(migrations.Migration):
                 name="pgjobs_dependency_ended",
             ),
         ),
-        migrations.RunSQL(END_PARENTS_FUNCTION, DROP_END_PARENTS_FUNCTION),
+        migrations.RunSQL(END_PARENTS_FUNCTION_0006, DROP_END_PARENTS_FUNCTION),
     ]

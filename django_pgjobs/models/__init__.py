@@ -1,5 +1,6 @@
 """The tables: `pgjobs_job` (live work), `pgjobs_dead` (dead letters), and the queue
-controls, schedules and per-minute counts beside them.
+controls, schedules and per-minute counts beside them; the tables of workflows (edges,
+batches and their callbacks) are in `models.workflows`.
 
 Fields, indexes and constraints only; every statement that moves jobs is a manager's
 (`managers/`), and its SQL lives in `db/sql/`.
@@ -13,14 +14,15 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
-from django_pgjobs.managers import (
-    DeadJobManager,
-    JobManager,
-    JobStatsManager,
-    KindStatsManager,
-    QueueControlManager,
-    ScheduleManager,
-    WorkerManager,
+from django_pgjobs import managers
+from django_pgjobs.models.workflows import (  # the tables of workflows (S29-S31)
+    Batch as Batch,
+)
+from django_pgjobs.models.workflows import (
+    BatchCallback as BatchCallback,
+)
+from django_pgjobs.models.workflows import (
+    Dependency as Dependency,
 )
 from django_pgjobs.options import KIND_MAX_LENGTH, QUEUE_NAME_MAX_LENGTH
 from django_pgjobs.states import LIVE_STATES, JobState
@@ -142,7 +144,7 @@ class Job(JobColumns):
         db_default=0, help_text="Parents not yet ended; waiting while above 0 (S29)."
     )
 
-    objects: ClassVar[JobManager] = JobManager()
+    objects: ClassVar[managers.JobManager] = managers.JobManager()
 
     class Meta:
         db_table = "pgjobs_job"
@@ -249,7 +251,7 @@ class DeadJob(JobColumns):
     reason = models.TextField(help_text="Why it died: 'max attempts exceeded', 'failed', ...")
     died_at = models.DateTimeField(db_default=Now())
 
-    objects: ClassVar[DeadJobManager] = DeadJobManager()
+    objects: ClassVar[managers.DeadJobManager] = managers.DeadJobManager()
 
     class Meta:
         db_table = "pgjobs_dead"
@@ -274,57 +276,6 @@ class DeadJob(JobColumns):
         raise TypeError("Dead jobs are written by the queue, never by save().")
 
 
-class Dependency(models.Model):
-    """One edge of a workflow (S29, S30): `child_id` waits for `parent_id` to end.
-
-    Written with the child, in its enqueue's statement; the statement that records the
-    parent's end marks the edge (`ended`, and the parent's result, kept here for the
-    child's `ctx.parent_results()` whatever the parent's retention) and moves the child
-    on. No foreign keys: jobs move between the live and the dead table, ids kept.
-    Deleted when the child is acked.
-    """
-
-    class OnFailure(models.TextChoices):
-        CANCEL = "cancel", "Dead-letter the child with its parent"
-        RUN = "run", "Run the child anyway"
-
-    class Ended(models.TextChoices):
-        DONE = "done", "Done"
-        FAILED = "failed", "Dead or cancelled"
-
-    id = models.BigAutoField(primary_key=True)
-    child_id = models.BigIntegerField()
-    parent_id = models.BigIntegerField()
-    on_failure = models.CharField(max_length=8, choices=OnFailure.choices, db_default="cancel")
-    ended = models.CharField(max_length=8, choices=Ended.choices, null=True, blank=True)
-    parent_result = models.JSONField(null=True, blank=True)
-
-    class Meta:
-        db_table = "pgjobs_dependency"
-        verbose_name_plural = "dependencies"
-        indexes: ClassVar[list[models.Index]] = [
-            # A parent's end finds the edges to its children.
-            models.Index(fields=["parent_id"], name="pgjobs_dependency_parent"),
-        ]
-        constraints: ClassVar[list[models.BaseConstraint]] = [
-            # A child's edges, one per parent; also how a child finds its parents.
-            models.UniqueConstraint(
-                fields=["child_id", "parent_id"], name="pgjobs_dependency_edge"
-            ),
-            models.CheckConstraint(
-                condition=Q(on_failure__in=["cancel", "run"]),
-                name="pgjobs_dependency_on_failure",
-            ),
-            models.CheckConstraint(
-                condition=Q(ended__in=["done", "failed"]) | Q(ended__isnull=True),
-                name="pgjobs_dependency_ended",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.parent_id}->{self.child_id}"
-
-
 class JobStats(models.Model):
     """Jobs finished per minute and queue, kept by the workers for the admin's chart.
 
@@ -339,7 +290,7 @@ class JobStats(models.Model):
     dead = models.IntegerField(db_default=0)
     cancelled = models.IntegerField(db_default=0)
 
-    objects: ClassVar[JobStatsManager] = JobStatsManager()
+    objects: ClassVar[managers.JobStatsManager] = managers.JobStatsManager()
 
     class Meta:
         db_table = "pgjobs_stats"
@@ -364,7 +315,7 @@ class KindStats(models.Model):
     wait_hist = models.JSONField(help_text="Runs per queue-wait bucket (a list of counts).")
     run_hist = models.JSONField(help_text="Runs per run-time bucket (a list of counts).")
 
-    objects: ClassVar[KindStatsManager] = KindStatsManager()
+    objects: ClassVar[managers.KindStatsManager] = managers.KindStatsManager()
 
     class Meta:
         db_table = "pgjobs_kind_stats"
@@ -417,7 +368,7 @@ class QueueControl(models.Model):
     )
     updated_at = models.DateTimeField(db_default=Now())
 
-    objects: ClassVar[QueueControlManager] = QueueControlManager()
+    objects: ClassVar[managers.QueueControlManager] = managers.QueueControlManager()
 
     class Meta:
         db_table = "pgjobs_queue"
@@ -494,7 +445,7 @@ class Schedule(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 
-    objects: ClassVar[ScheduleManager] = ScheduleManager()
+    objects: ClassVar[managers.ScheduleManager] = managers.ScheduleManager()
 
     class Meta:
         db_table = "pgjobs_schedule"
@@ -538,7 +489,7 @@ class Worker(models.Model):
         db_default=0, help_text="Attempts failed (retried or dead-lettered) since it started."
     )
 
-    objects: ClassVar[WorkerManager] = WorkerManager()
+    objects: ClassVar[managers.WorkerManager] = managers.WorkerManager()
 
     class Meta:
         db_table = "pgjobs_worker"

@@ -13,6 +13,8 @@ from psycopg import sql as pgsql
 
 from django_pgjobs.db import sql
 from django_pgjobs.models import (
+    Batch,
+    BatchCallback,
     DeadJob,
     Dependency,
     Job,
@@ -230,6 +232,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "RETIRE_SCHEDULES": {"names": ["s"]},
     "PROBE_LISTENER": {"channel": "pgjobs", "token": "pgjobs-probe:x"},
     "END_PARENTS_FUNCTION": {},
+    "END_PARENTS_FUNCTION_0006": {},
     "DROP_END_PARENTS_FUNCTION": {},
     "LOCK_PARENTS": {"parents": [1, 2]},
     "PARENT_STANDING": {"parents": [1, 2]},
@@ -244,6 +247,28 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "REVIVE_DEPENDENTS": {"id": 1},
     "PARENT_RESULTS": {"id": 1},
     "JOB_DEPENDENCIES": {"id": 1},
+    "WRITE_BATCH": {
+        "jobs": '[["default", "demo.t", 0, null, null, 3, 30, null, null, null, null, null,'
+        " null, null, null, {}], "
+        '["default", "demo.t", 0, null, null, 3, 30, null, null, null, null, null,'
+        " null, null, null, {}]]",
+        "members": 1,
+        "fires_on": ["complete"],
+        **WAKE,
+    },
+    "LOCK_BATCH_CALLBACKS": {"batch": 1},
+    "ADD_BATCH_MEMBERS": {
+        "batch": 1,
+        "callbacks": [1, 2],
+        "jobs": '[["default", "demo.t", 0, null, null, 3, 30, null, null, null, null, null,'
+        " null, null, null, {}]]",
+        **WAKE,
+    },
+    "SEAL_BATCH": {"batch": 1},
+    "END_BATCH_SEAL": {"batch": 1, **WAKE},
+    "BATCH": {"batch": 1},
+    "BATCH_OF_JOB": {"id": 1},
+    "PRUNE_BATCHES": {"older_than_s": 60.0, "limit": 10},
 }
 # Statements formatted with identifiers (psycopg.sql) before they run.
 IDENTIFIERS = {"LISTEN_CHANNEL": {"channel": "pgjobs"}}
@@ -261,6 +286,7 @@ TABLELESS = {
     "TERMINATE_BACKENDS",
     "PROBE_LISTENER",
     "DROP_END_PARENTS_FUNCTION",
+    "END_BATCH_SEAL",
 }
 
 
@@ -297,6 +323,8 @@ def test_statement_names_only_the_models_tables_and_opens_with_a_comment(name: s
         RateClaim,
         Worker,
         Dependency,
+        Batch,
+        BatchCallback,
     )
     assert tables <= {model._meta.db_table for model in models}
     assert Job._meta.db_table == sql.JOB_TABLE and DeadJob._meta.db_table == sql.DEAD_TABLE

@@ -9,6 +9,7 @@ and promotion, the columns a job keeps) are named pieces of `fragments`, spliced
 
 from __future__ import annotations
 
+from django_pgjobs.db.sql.batches import *  # noqa: F403
 from django_pgjobs.db.sql.claims import *  # noqa: F403
 from django_pgjobs.db.sql.claims import claim_jobs
 from django_pgjobs.db.sql.dead import *  # noqa: F403

@@ -9,7 +9,9 @@ started with, which may predate the child's commit the lock waited for. So the e
 parent is recorded by a VOLATILE function, `pgjobs_end_parents`, whose every statement
 reads with a fresh snapshot: called by the statement that ends the parent, after that
 statement locked the parent's row, it sees every child whose writer held that lock
-before. The function is installed by migration 0006 from END_PARENTS_FUNCTION.
+before. The function is installed by migration 0006 and replaced by 0007, which adds
+the end of batches (S31, db/sql/batches.py): END_PARENTS_FUNCTION is the current text,
+END_PARENTS_FUNCTION_0006 the first, for 0006 and for reversing 0007.
 """
 
 from __future__ import annotations
@@ -17,7 +19,66 @@ from __future__ import annotations
 from django_pgjobs.db.sql.fragments import KEPT_COLUMNS, KEPT_COLUMNS_OF_J
 from django_pgjobs.db.sql.jobs import DOCUMENT_COLUMNS, DOCUMENT_VALUES
 
-END_PARENTS_FUNCTION = f"""
+#: S31, spliced into the function after each round of released children: the batches
+#: whose callbacks were just released have ended. Every callback of a batch waits for
+#: the same parents (its members and its seal, a parent whose id is minus the batch's),
+#: so a batch's callbacks are released together, once, by the statement that records
+#: the last end. Here the batch's tally is recorded from the edges of one callback, and
+#: the callbacks that do not match how it ended (on_success when a member failed,
+#: on_failure when none did) are deleted with their edges before anyone can see them.
+_END_BATCHES = """
+        IF cardinality(released_ids) > 0 THEN
+            WITH fired AS (
+                SELECT c.job_id, c.batch_id, c.fires_on
+                FROM pgjobs_batch_callback AS c
+                WHERE c.job_id = ANY(released_ids)
+            ),
+            tally AS (
+                SELECT f.batch_id,
+                       count(d.id) FILTER (WHERE d.ended = 'done') AS done,
+                       count(d.id) FILTER (WHERE d.ended = 'failed') AS failed
+                FROM (SELECT DISTINCT ON (batch_id) batch_id, job_id
+                      FROM fired ORDER BY batch_id, job_id) AS f
+                LEFT JOIN pgjobs_dependency AS d
+                       ON d.child_id = f.job_id AND d.parent_id > 0
+                GROUP BY f.batch_id
+            ),
+            ended AS (
+                UPDATE pgjobs_batch AS b
+                SET state = CASE WHEN t.failed > 0 THEN 'failed' ELSE 'succeeded' END,
+                    done = t.done, failed = t.failed, ended_at = now()
+                FROM tally AS t
+                WHERE b.id = t.batch_id
+                RETURNING b.id, b.state
+            ),
+            dropped AS (
+                DELETE FROM pgjobs_job AS j
+                USING fired AS f, ended AS e
+                WHERE j.id = f.job_id AND e.id = f.batch_id
+                  AND ((f.fires_on = 'success' AND e.state = 'failed')
+                       OR (f.fires_on = 'failure' AND e.state = 'succeeded'))
+                RETURNING j.id
+            ),
+            unhooked AS (
+                DELETE FROM pgjobs_dependency AS d
+                WHERE d.child_id IN (SELECT id FROM dropped)
+            )
+            SELECT count(*) INTO released FROM dropped;
+            moved := moved - released;
+        END IF;"""
+
+#: The pieces of the function that carry released children to _END_BATCHES (0007).
+_DECLARE_RELEASED_IDS = """
+    released_ids bigint[];"""
+_COLLECT_RELEASED_IDS = """,
+                   (SELECT coalesce(array_agg(r.id), '{}') FROM released_jobs AS r
+                    WHERE r.state = 'pending')"""
+
+
+def _end_parents_function(*, batches: bool) -> str:
+    """The function's text: with the end of batches (0007, current) or without (0006).
+    Both are kept, so that 0006 installs what it always did and 0007 reverses to it."""
+    return f"""
 -- Install pgjobs_end_parents(done_ids, done_results, failed_ids, channel, notify,
 -- acked_children) (S29, S30): record that parents ended, and delete the edges of acked
 -- children (they no longer need their parents' results). A done parent's edges keep
@@ -41,7 +102,7 @@ DECLARE
     frontier bigint[] := coalesce(failed_ids, '{{}}');
     roots bigint[] := coalesce(failed_ids, '{{}}');
     moved integer := 0;
-    released integer;
+    released integer;{_DECLARE_RELEASED_IDS if batches else ""}
 BEGIN
     IF cardinality(acked_children) > 0 THEN
         DELETE FROM pgjobs_dependency AS d WHERE d.child_id = ANY(acked_children);
@@ -77,7 +138,7 @@ BEGIN
                                  ELSE 'pending' END
                 FROM counted AS c
                 WHERE j.id = c.id AND j.id IN (SELECT id FROM locked) AND j.state = 'waiting'
-                RETURNING j.queue, j.state, j.run_after
+                RETURNING {"j.id, " if batches else ""}j.queue, j.state, j.run_after
             ),
             woke AS (
                 SELECT pg_notify(wake_channel, q.queue)
@@ -86,9 +147,9 @@ BEGIN
                 WHERE wake
             )
             SELECT (SELECT count(*) FROM released_jobs WHERE state = 'pending')
-                   + 0 * (SELECT count(*) FROM woke)
-            INTO released;
-            moved := moved + released;
+                   + 0 * (SELECT count(*) FROM woke){_COLLECT_RELEASED_IDS if batches else ""}
+            INTO released{", released_ids" if batches else ""};
+            moved := moved + released;{_END_BATCHES if batches else ""}
         END IF;
         EXIT WHEN cardinality(frontier) = 0;
         -- The edges out of the jobs that just died.
@@ -137,6 +198,10 @@ BEGIN
 END
 $body$
 """
+
+
+END_PARENTS_FUNCTION = _end_parents_function(batches=True)
+END_PARENTS_FUNCTION_0006 = _end_parents_function(batches=False)
 
 DROP_END_PARENTS_FUNCTION = """
 -- Remove pgjobs_end_parents (migration 0006 reversed).
@@ -269,7 +334,7 @@ PARENT_RESULTS = """
 -- The results of a job's parents that are done (S29: ctx.parent_results()), by id.
 SELECT d.parent_id, d.parent_result
 FROM pgjobs_dependency AS d
-WHERE d.child_id = %(id)s AND d.ended = 'done'
+WHERE d.child_id = %(id)s AND d.ended = 'done' AND d.parent_id > 0  -- not a batch's seal
 ORDER BY d.parent_id
 """
 
@@ -277,7 +342,7 @@ JOB_DEPENDENCIES = """
 -- A job's parents (with on_failure and whether and how each ended) and its children,
 -- for get_job and the admin.
 SELECT 'parent', d.parent_id, d.on_failure, d.ended
-FROM pgjobs_dependency AS d WHERE d.child_id = %(id)s
+FROM pgjobs_dependency AS d WHERE d.child_id = %(id)s AND d.parent_id > 0  -- not a seal
 UNION ALL
 SELECT 'child', d.child_id, d.on_failure, d.ended
 FROM pgjobs_dependency AS d WHERE d.parent_id = %(id)s
