@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hmac
+import re
 from typing import Any
 
 import pytest
@@ -168,3 +169,25 @@ def test_a_token_too_short_to_be_a_secret_is_a_settings_error(token: Any) -> Non
         pytest.raises(ImproperlyConfigured, match="METRICS_TOKEN"),
     ):
         pgjobs_settings.validate()
+
+
+def test_the_least_privilege_snippet_grants_every_table_and_sequence_of_the_app() -> None:
+    """A table left out of the docs' role is a worker that fails where it writes it (the
+    registry, the per-kind counts, a rate limit, a batch), so every one is named."""
+    from django.apps import apps
+
+    from tests.processes.test_security import least_privilege_snippet
+
+    snippet = least_privilege_snippet()
+    tables = {model._meta.db_table for model in apps.get_app_config("django_pgjobs").get_models()}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_class AS c JOIN pg_depend AS d ON d.objid = c.oid"
+            " JOIN pg_class AS t ON t.oid = d.refobjid"
+            " WHERE c.relkind = 'S' AND t.relname = ANY(%s)",
+            [sorted(tables)],
+        )
+        sequences = {name for (name,) in cursor.fetchall()}
+    assert sequences, "the app's tables have sequences"
+    named = set(re.findall(r"\bpgjobs_\w+", snippet))
+    assert (tables | sequences) - named == set()
