@@ -1,6 +1,7 @@
 """The operators' console in the Django admin: jobs and dead letters with counts at a
 glance, search, filters and per-job buttons; queues (pause, resume, limit), schedules
-(enable, disable, run now), the worker registry, and the live dashboard.
+(enable, disable, run now), the worker registry, batches and their callbacks, and the
+live dashboard.
 
 Nothing here runs queue SQL: actions call the models' managers. Jobs are never added or
 edited by hand; viewers see everything, actions need the model's change (or delete)
@@ -9,6 +10,6 @@ permission, and every action says what it did.
 
 from __future__ import annotations
 
-from django_pgjobs.admin import dashboard, jobs, queues, workers
+from django_pgjobs.admin import batches, dashboard, jobs, queues, workers
 
-__all__ = ["dashboard", "jobs", "queues", "workers"]
+__all__ = ["batches", "dashboard", "jobs", "queues", "workers"]

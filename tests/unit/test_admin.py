@@ -353,3 +353,30 @@ def test_view_only_staff_cannot_pause_or_fire(client: Client, jobs: dict, schedu
     assert not QueueControl.objects.filter(paused=True).exists()
     assert count(where="kind = 'demo.report' AND queue = 'default'") == 0
     assert Schedule.objects.get(name="nightly").enabled
+
+
+def test_the_batch_list_shows_progress_and_callbacks_and_refuses_bad_params(
+    admin_client: Client,
+) -> None:
+    from django_pgjobs.batches import Callback, batch
+
+    with batch(
+        on_success=Callback("tests.plain", value=1), on_failure=Callback("tests.plain", value=2)
+    ) as b:
+        for n in range(3):
+            b.add("tests.plain", value=n)
+    (first, *_) = Job.objects.claim_batch("default", 1, "w")
+    first.ack()
+    page = admin_client.get("/admin/django_pgjobs/batch/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "1 of 3 ended: 1 done, 0 failed" in text
+    success, failure = b.fired
+    assert f"/admin/django_pgjobs/job/{success.id}/change/" in text and "waiting" in text
+    assert admin_client.get("/admin/django_pgjobs/batch/?state=open%00").status_code == 400
+    assert admin_client.get("/admin/django_pgjobs/batch/add/").status_code == 403
+    for handle in Job.objects.claim_batch("default", 5, "w"):
+        handle.ack()
+    text = admin_client.get("/admin/django_pgjobs/batch/").content.decode()
+    assert "3 of 3 ended: 3 done, 0 failed" in text
+    assert "fired, pending" in text and f"#{failure.id} not fired" in text

@@ -1,0 +1,105 @@
+"""Batches (S31): each with its progress (members done and failed of how many) and its
+callbacks, linked to their jobs while they are live. Read only: batches are written by
+`batch()` and end with their last member."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+from django_pgjobs.admin.common import humane_time, refuse_action, refuse_bad_params
+from django_pgjobs.managers.batches import read_batch
+from django_pgjobs.models import Batch
+from django_pgjobs.records import BatchRecord
+
+#: Where a callback's job is, as the list says it.
+CALLBACK_STATES = {
+    "waiting": "waiting",
+    "pending": "fired, pending",
+    "running": "fired, running",
+    "done": "fired, done",
+    "dead": "dead",
+}
+
+
+@admin.register(Batch)
+class BatchAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Every batch, newest first: its state, progress and callbacks. Read only."""
+
+    list_display = ("id", "state", "progress", "callbacks", "created", "ended")
+    list_filter = ("state",)
+    ordering = ("-id",)
+    list_per_page = 50
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # batch() writes batches
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the sweeper prunes ended batches
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        refused = refuse_bad_params(request) or refuse_action(self, request)
+        if refused is not None:
+            return refused
+        return super().changelist_view(request, extra_context)
+
+    def _record(self, obj: Batch) -> BatchRecord | None:
+        """The batch with its live tally and callbacks (one indexed read per row shown)."""
+        cached: BatchRecord | None = getattr(obj, "_record", None)
+        if cached is None:
+            cached = read_batch(obj.pk, obj._state.db)
+            obj._record = cached  # type: ignore[attr-defined]
+        return cached
+
+    @admin.display(description="progress")
+    def progress(self, obj: Batch) -> str:
+        record = self._record(obj)
+        if record is None:
+            return "-"
+        ended = record.done + record.failed
+        text = f"{ended} of {record.members} ended: {record.done} done, {record.failed} failed"
+        return text if record.ended or obj.state == "sealed" else f"{text} (open)"
+
+    @admin.display(description="callbacks")
+    def callbacks(self, obj: Batch) -> SafeString:
+        record = self._record(obj)
+        if record is None:
+            return mark_safe("-")
+        fired = {callback.job_id for callback in record.fired}
+        rows = []
+        for callback in record.callbacks:
+            if callback.job_state is None:  # gone: acked, or deleted unfired
+                state = "fired, acked" if callback.job_id in fired else "not fired"
+                rows.append(format_html("on {}: #{} {}", callback.fires_on, callback.job_id, state))
+                continue
+            table = "deadjob" if callback.job_state == "dead" else "job"
+            link = reverse(f"admin:django_pgjobs_{table}_change", args=[callback.job_id])
+            state = CALLBACK_STATES.get(callback.job_state, callback.job_state)
+            rows.append(
+                format_html(
+                    "on {}: <a href='{}'>#{}</a> {}",
+                    callback.fires_on,
+                    link,
+                    callback.job_id,
+                    state,
+                )
+            )
+        return format_html_join(mark_safe("<br>"), "{}", ((row,) for row in rows))
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: Batch) -> str:
+        return humane_time(obj.created_at)
+
+    @admin.display(description="ended", ordering="ended_at")
+    def ended(self, obj: Batch) -> str:
+        return humane_time(obj.ended_at) if obj.ended_at else "-"
