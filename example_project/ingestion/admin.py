@@ -5,7 +5,7 @@ from example_project.ingestion.models import Collection, Document
 
 @admin.register(Collection)
 class CollectionAdmin(admin.ModelAdmin):
-    list_display = ("id", "name")
+    list_display = ("id", "name", "indexed_at", "indexed_documents", "index_failures")
 
 
 @admin.register(Document)

@@ -5,6 +5,13 @@ from django.db import models
 
 class Collection(models.Model):
     name = models.CharField(max_length=100, unique=True)
+    indexed_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its index was last built (reindex_collection)."
+    )
+    indexed_documents = models.IntegerField(default=0, help_text="Documents in that index.")
+    index_failures = models.IntegerField(
+        default=0, help_text="Documents whose summary failed in that reindex."
+    )
 
     def __str__(self) -> str:
         return self.name

@@ -1,6 +1,6 @@
 """The example project, end to end, in a database of its own: sessions (keyed jobs),
 ingestion (lease mode, fenced results), purge (transaction mode, bounded batches), replay
-(debounced watermarks), and `manage.py demo`."""
+(debounced watermarks), a reindex (a batch, then one callback), and `manage.py demo`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 SEED = """
 from example_project.agent_sessions.services import close_session, open_session
-from example_project.ingestion.services import add_document
+from example_project.ingestion.services import add_document, reindex_collection
 from example_project.purge.services import log_events, schedule_purge
 from example_project.replay.services import write
 
@@ -21,6 +21,9 @@ sessions = [open_session(f"s{n}") for n in range(3)]
 close_session(sessions[0].id)
 for n in range(3):
     add_document("handbook", f"page {n}", "words " * (n + 1))
+for n in range(4):
+    add_document("faq", f"question {n}", "answer " * (n + 1))
+reindex_collection("faq")
 log_events(25, age_days=40)
 log_events(5)
 schedule_purge(batch=7)
@@ -42,6 +45,11 @@ def test_example_project_flows_with_a_real_worker(example_database: str) -> None
         documents = conn.execute(
             "SELECT dirty, summary, ingested_by_claim IS NOT NULL FROM ingestion_document"
         ).fetchall()
+        indexes = conn.execute(
+            "SELECT name, indexed_at IS NOT NULL, indexed_documents, index_failures"
+            " FROM ingestion_collection ORDER BY name"
+        ).fetchall()
+        batches = conn.execute("SELECT state, members, done FROM pgjobs_batch").fetchall()
         events = conn.execute("SELECT count(*) FROM purge_event").fetchone()
         watermark = conn.execute(
             "SELECT replayed_to, replays FROM replay_watermark WHERE session_id = 1"
@@ -50,7 +58,10 @@ def test_example_project_flows_with_a_real_worker(example_database: str) -> None
         live = conn.execute("SELECT count(*) FROM pgjobs_job").fetchone()
         dead = conn.execute("SELECT count(*) FROM pgjobs_dead").fetchone()
     assert sessions == [("s1", "ready", True), ("s2", "ready", True)]  # s0 deleted by its job
-    assert len(documents) == 3
+    assert len(documents) == 3 + 4
+    # the faq's reindex: four summaries, then its index built once, from the batch's tally
+    assert indexes == [("faq", True, 4, 0), ("handbook", False, 0, 0)]
+    assert batches == [("succeeded", 4, 4)]
     assert all(
         not dirty and "fingerprint" in summary and fenced for dirty, summary, fenced in documents
     )
@@ -65,6 +76,7 @@ def test_demo_runs_on_a_fresh_database_and_exits_zero(example_database: str) -> 
     assert "Created the admin user 'admin'" in output
     assert "== Summary" in output
     assert "dead letters" in output and "card declined" in output
+    assert "runbooks's index: built once, after its batch of 4 summaries (0 failed)" in output
     with psycopg.connect(example_database) as conn:
         live = conn.execute("SELECT count(*) FROM pgjobs_job WHERE state <> 'done'").fetchone()
         dead = conn.execute("SELECT count(*) FROM pgjobs_dead").fetchone()

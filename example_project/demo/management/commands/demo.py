@@ -24,7 +24,8 @@ from example_project.demo.jobs import (
     rebuild_search_index,
     send_digest,
 )
-from example_project.ingestion.services import add_document
+from example_project.ingestion.models import Collection
+from example_project.ingestion.services import add_document, reindex_collection
 from example_project.purge.services import log_events, schedule_purge
 from example_project.replay.services import write
 
@@ -84,6 +85,7 @@ class Command(BaseCommand):
         for collection in ("handbook", "runbooks", "faq"):
             for n in range(4):
                 add_document(collection, f"{collection} {n}", f"page {n} of the {collection} " * 20)
+        reindex_collection("runbooks")  # a batch: one job per document, then one index build
         for n in range(30):  # bursts of writes: one replay per (session, subsystem)
             write(1 + n % 2, ("memory", "search")[n // 15], f"entry {n}", debounce_s=0.5)
         log_events(1200, age_days=40)
@@ -157,3 +159,9 @@ class Command(BaseCommand):
             self.stdout.write(f"  {name.ljust(width)}  {value}")
         for letter in DeadJob.objects.order_by("id"):
             self.stdout.write(f"  dead: #{letter.id} {letter.kind}: {letter.reason}")
+        for collection in Collection.objects.exclude(indexed_at=None).order_by("name"):
+            self.stdout.write(
+                f"  {collection.name}'s index: built once, after its batch of "
+                f"{collection.indexed_documents + collection.index_failures} summaries "
+                f"({collection.index_failures} failed)"
+            )
