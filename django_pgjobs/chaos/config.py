@@ -29,6 +29,7 @@ class ChaosConfig:
     keys: int = 8
     triggers: float = 4.0  # keyed triggers per second
     limited: float = 4.0  # jobs of the rate-limited concurrency key enqueued per second
+    workflows: float = 1.0  # chains and batches with callbacks (S29-S31) written per second
     lease: int = 4
     max_attempts: int = 6
     faults: tuple[str, ...] = DEFAULT_FAULTS
@@ -45,8 +46,10 @@ class ChaosConfig:
             problems.append("the duration must be more than 0 seconds")
         if self.workers < 1 or self.concurrency < 1:
             problems.append("there must be at least one worker of at least one thread")
-        if min(self.jobs, self.rate, self.keys, self.triggers, self.limited) < 0:
-            problems.append("jobs, rate, keys, triggers and limited must not be negative")
+        if min(self.jobs, self.rate, self.keys, self.triggers, self.limited, self.workflows) < 0:
+            problems.append(
+                "jobs, rate, keys, triggers, limited and workflows must not be negative"
+            )
         if self.lease < 1 or self.max_attempts < 1:
             problems.append("the lease and max attempts must be at least 1")
         if self.fault_every <= 0 or self.drain_timeout <= 0:
@@ -87,6 +90,8 @@ class ChaosReport:
     verdicts: list[Verdict]
     jobs: int
     triggers: int
+    chains: int
+    batches: Counter[str]  # by how each ended
     busy_triggers: int
     ghosts: int
     executions: int

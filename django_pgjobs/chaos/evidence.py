@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 
 from django_pgjobs.chaos.config import Progress
-from django_pgjobs.chaos.invariants import Evidence, FinalJob
+from django_pgjobs.chaos.invariants import BatchEnd, Evidence, FinalJob
 from django_pgjobs.chaos.models import ChaosExecution
 from django_pgjobs.chaos.state import RunState
 
@@ -45,6 +45,10 @@ def read_evidence(state: RunState) -> Evidence:
     committed = {
         job_id: key for job_id, key in ledger.committed.items() if job_id not in ledger.uncertain
     }
+    batch_ends = state.database(
+        lambda: manager.batch_ends([b.id for b in ledger.batches], using=state.alias),
+        "reading the batches",
+    )
     return Evidence(
         executions=executions,
         committed=committed,
@@ -57,6 +61,9 @@ def read_evidence(state: RunState) -> Evidence:
         worker_exits=list(ledger.worker_exits),
         cancelled=dict(ledger.cancelled),
         limited=set(ledger.limited),
+        chains=list(ledger.chains),
+        batches=list(ledger.batches),
+        batch_ends={batch_id: BatchEnd(*end) for batch_id, end in batch_ends.items()},
     )
 
 

@@ -93,6 +93,25 @@ class FinalJob:
     poison: bool = False  # a hostile handler's job (chaos.poison)
 
 
+@dataclass(frozen=True, slots=True)
+class BatchWritten:
+    """A batch the run committed (S31): its members, and its callbacks by what each fires
+    on ("success", "failure", "complete")."""
+
+    id: int
+    members: tuple[int, ...]
+    callbacks: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchEnd:
+    """A batch's row at the end of the run: its state and tally."""
+
+    state: str
+    done: int
+    failed: int
+
+
 @dataclass(slots=True)
 class Evidence:
     """Everything a run knows when it is judged."""
@@ -116,6 +135,11 @@ class Evidence:
     cancelled: dict[int, datetime] = field(default_factory=dict)
     #: Jobs of the run's rate-limited concurrency key.
     limited: set[int] = field(default_factory=set)
+    #: Chains the run committed, each job after the one before it (S29, S30).
+    chains: list[tuple[int, ...]] = field(default_factory=list)
+    #: Batches the run committed (S31), and how each ended, by id.
+    batches: list[BatchWritten] = field(default_factory=list)
+    batch_ends: dict[int, BatchEnd] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +168,7 @@ def judge(evidence: Evidence) -> list[Verdict]:
         _poison_dead_lettered(evidence),
         _cancellations(evidence),
         _limits(evidence),
+        _workflows(evidence),
         _workers_survived(evidence),
     ]
 
@@ -178,14 +203,14 @@ def count_reruns(evidence: Evidence) -> Reruns:
 def _no_job_lost(evidence: Evidence) -> Verdict:
     violations = []
     for job in evidence.final.values():
-        if job.state in ("pending", "running") and job.id not in evidence.ghosts:
+        if job.state in ("waiting", "pending", "running") and job.id not in evidence.ghosts:
             violations.append(f"job {job.id} is still {job.state} after the drain")
     for job_id in sorted(evidence.committed):
         if job_id not in evidence.final:
             violations.append(f"job {job_id} was committed but is neither done nor dead")
     return Verdict(
         "no job lost",
-        "every committed job is done or dead; none is stranded pending or running",
+        "every committed job is done or dead; none is stranded waiting, pending or running",
         tuple(violations),
         len(evidence.committed),
     )
@@ -429,6 +454,93 @@ def _limits(evidence: Evidence) -> Verdict:
         f"claimed more than {LIMITED_RATE} times a second (S34, S35)",
         tuple(violations),
         len(runs),
+    )
+
+
+def _workflows(evidence: Evidence) -> Verdict:
+    """S29-S31: no job of a chain was claimed before its parent's run committed, and none
+    ran after its parent died (it died with it); every batch ended as its members did,
+    its matching callbacks committed once, after its last member's end, and the others
+    never existed for anyone."""
+    violations: list[str] = []
+    runs_of_job = _group(evidence.executions, lambda run: run.job_id)
+
+    def ended_by(job_id: int) -> datetime | None:
+        """A time the job's end came after: its committed write, else its last start."""
+        runs = runs_of_job.get(job_id, [])
+        writes = [r.written_at for r in runs if r.outcome == COMMITTED and r.written_at]
+        return max(writes) if writes else max((r.started_at for r in runs), default=None)
+
+    for chain in evidence.chains:
+        if evidence.uncertain.intersection(chain):
+            continue
+        for parent, child in itertools.pairwise(chain):
+            before, after = evidence.final.get(parent), evidence.final.get(child)
+            if before is None or after is None:
+                continue  # "no job lost" says so
+            child_runs = runs_of_job.get(child, [])
+            done_at = ended_by(parent)
+            if before.state == "done" and done_at is not None:
+                violations += [
+                    f"job {child} was claimed at {run.claimed_at:%H:%M:%S.%f}, before its "
+                    f"parent {parent}'s run committed at {done_at:%H:%M:%S.%f}"
+                    for run in child_runs
+                    if run.claimed_at <= done_at
+                ]
+            elif before.state == "dead":
+                if child_runs:
+                    violations.append(f"job {child} ran though its parent {parent} died")
+                if not (after.state == "dead" and (after.reason or "").startswith("dependency")):
+                    violations.append(
+                        f"job {child} ended {after.state} ({after.reason!r}) though its "
+                        f"parent {parent} died"
+                    )
+    for written in evidence.batches:
+        members = [evidence.final.get(member) for member in written.members]
+        if evidence.uncertain.intersection(written.members) or any(
+            m is None or m.state not in ("done", "dead") for m in members
+        ):
+            continue  # "no job lost" says so
+        done = sum(m is not None and m.state == "done" for m in members)
+        failed = len(members) - done
+        outcome = "failed" if failed else "succeeded"
+        end = evidence.batch_ends.get(written.id)
+        if end != BatchEnd(outcome, done, failed):
+            violations.append(
+                f"batch {written.id} ended as {end}, but its members ended {done} done and "
+                f"{failed} failed"
+            )
+        last_end = max((t for m in written.members if (t := ended_by(m))), default=None)
+        matching = {"complete", "success" if outcome == "succeeded" else "failure"}
+        for fires_on, job_id in sorted(written.callbacks.items()):
+            runs = runs_of_job.get(job_id, [])
+            final = evidence.final.get(job_id)
+            name = f"callback {job_id} (on {fires_on}) of batch {written.id}"
+            if fires_on not in matching:
+                if runs or final is not None:
+                    violations.append(f"{name} exists or ran though the batch {outcome}")
+                continue
+            committed = sum(run.outcome == COMMITTED for run in runs)
+            if final is None or final.state not in ("done", "dead"):
+                violations.append(f"{name} ended {final.state if final else 'gone'}")
+            elif final.state == "done" and committed != 1:
+                violations.append(f"{name} committed {committed} times")
+            elif final.state == "dead" and (final.reason or "").startswith("dependency"):
+                violations.append(f"{name} died as {final.reason!r}")
+            if last_end is not None:
+                violations += [
+                    f"{name} was claimed at {run.claimed_at:%H:%M:%S.%f}, before its last "
+                    f"member ended at {last_end:%H:%M:%S.%f}"
+                    for run in runs
+                    if run.claimed_at <= last_end
+                ]
+    return Verdict(
+        "workflows",
+        "no job of a chain ran before its parent was done or after it died; each batch "
+        "ended as its members did and fired its matching callbacks once, after its last "
+        "member (S29-S31)",
+        tuple(violations),
+        len(evidence.chains) + len(evidence.batches),
     )
 
 

@@ -1,4 +1,5 @@
-"""The job stream of a chaos run: plain jobs, keyed triggers, rolled-back and poison bursts.
+"""The job stream of a chaos run: plain jobs, keyed triggers, rolled-back and poison bursts,
+and workflows: chains of jobs after each other and batches with callbacks (S29-S31).
 
 Every enqueue goes into the run's ledger: committed for sure, rolled back for sure (a
 ghost), or uncertain (the connection broke under the commit).
@@ -11,8 +12,10 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, transaction
 
+from django_pgjobs.batches import Callback, batch
 from django_pgjobs.chaos import poison
-from django_pgjobs.chaos.jobs import KEYED_KIND, LIMITED_KIND, POISON_KIND, WORK_KIND
+from django_pgjobs.chaos.invariants import BatchWritten
+from django_pgjobs.chaos.jobs import KEYED_KIND, LIMITED_KIND, POISON_KIND, WORK_KIND, work
 from django_pgjobs.chaos.models import ChaosExecution
 from django_pgjobs.chaos.state import RunState
 from django_pgjobs.models import Job
@@ -101,6 +104,73 @@ class Load:
         state.ledger.limited.update(ids)
         if committed:
             state.ledger.committed.update(dict.fromkeys(ids))
+        else:
+            state.ledger.uncertain.update(ids)
+
+    def enqueue_workflow(self) -> None:
+        """Write a chain (3 to 6 jobs, each after the one before) or a batch (2 to 12
+        members, callbacks on success, failure and completion, some of them), each in one
+        transaction. Members and links are plain jobs: some flaky, a few doomed."""
+        state = self.state
+        if state.random.random() < 0.5:
+            self._chain(state.random.randint(3, 6))
+        else:
+            self._batch(state.random.randint(2, 12))
+
+    def _chain(self, length: int) -> None:
+        state = self.state
+
+        def write(ids: list[int]) -> None:
+            for _ in range(length):
+                job = self.plain_job()
+                kind, payload = job.pop("kind"), job.pop("payload")
+                after = ids[-1:] or None
+                ids.append(
+                    Job.objects.enqueue(kind, payload, after=after, using=state.alias, **job).id
+                )
+
+        ids, committed = self._write(write)
+        if committed:
+            state.ledger.committed.update(dict.fromkeys(ids))
+            state.ledger.chains.append(tuple(ids))
+        else:
+            state.ledger.uncertain.update(ids)
+
+    def _batch(self, size: int) -> None:
+        state = self.state
+        target = work.using(**self.options())
+        kinds = ("on_success", "on_failure", "on_complete")
+        names = [name for name in kinds if state.random.random() < 0.6] or ["on_complete"]
+        callbacks = {
+            name: Callback(target, run=state.run_id, sleep=round(state.random.uniform(0, 0.1), 3))
+            for name in names
+        }
+        written: list[BatchWritten] = []
+
+        def write(ids: list[int]) -> None:
+            with batch(
+                on_success=callbacks.get("on_success"),
+                on_failure=callbacks.get("on_failure"),
+                on_complete=callbacks.get("on_complete"),
+                using=state.alias,
+            ) as b:
+                for _ in range(size):
+                    b.add(target, **self.plain_job()["payload"])
+            assert b.id is not None
+            ids += [member.id for member in b.members] + [fired.id for fired in b.fired]
+            fires_on = [name.removeprefix("on_") for name in callbacks]
+            written.append(
+                BatchWritten(
+                    id=b.id,
+                    members=tuple(member.id for member in b.members),
+                    callbacks=dict(zip(fires_on, (fired.id for fired in b.fired), strict=True)),
+                )
+            )
+
+        ids, committed = self._write(write)
+        if committed and written:
+            state.ledger.committed.update(dict.fromkeys(written[0].members))
+            state.ledger.batches.append(written[0])
         else:
             state.ledger.uncertain.update(ids)
 

@@ -44,16 +44,41 @@ class ChaosExecutionManager(models.Manager["ChaosExecution"]):
         alias = db.alias(using)
         return list(self.using(alias).filter(run_id=run_id).order_by("claimed_at", "id"))
 
-    def forget_run(self, run_id: str, queue: str, *, using: str | None = None) -> None:
-        """Delete what a run left: its ledger, its jobs (live and dead) and their stats."""
-        from django_pgjobs.models import DeadJob, Job, JobStats
+    def forget_run(
+        self, run_id: str, queue: str, batches: list[int], *, using: str | None = None
+    ) -> None:
+        """Delete what a run left: its ledger, its jobs (live and dead), their edges, its
+        `batches` and their stats."""
+        from django_pgjobs.models import Batch, BatchCallback, DeadJob, Dependency, Job, JobStats
 
         alias = db.alias(using)
         with db.atomic(alias):
             self.using(alias).filter(run_id=run_id).delete()
+            ids = [
+                *Job.objects.using(alias).filter(queue=queue).values_list("id", flat=True),
+                *DeadJob.objects.using(alias).filter(queue=queue).values_list("id", flat=True),
+            ]
+            edges = Dependency.objects.using(alias)
+            edges.filter(child_id__in=ids).delete()
+            edges.filter(parent_id__in=ids).delete()
             Job.objects.using(alias).filter(queue=queue).delete()
             DeadJob.objects.using(alias).filter(queue=queue).delete()
+            BatchCallback.objects.using(alias).filter(batch_id__in=batches).delete()
+            Batch.objects.using(alias).filter(id__in=batches).delete()
             JobStats.objects.using(alias).filter(queue=queue).delete()
+
+    def batch_ends(
+        self, batches: list[int], *, using: str | None = None
+    ) -> dict[int, tuple[str, int, int]]:
+        """Each of `batches` as it stands: its state, members done and members failed."""
+        from django_pgjobs.models import Batch
+
+        found = {}
+        for batch_id in batches:
+            record = Batch.objects.get_batch(batch_id, using=db.alias(using))
+            if record is not None:
+                found[batch_id] = (record.state, record.done, record.failed)
+        return found
 
     def census(self, queue: str, *, using: str | None = None) -> dict[str, int]:
         """How many jobs of `queue` are in each state, the dead ones under "dead"."""

@@ -110,6 +110,8 @@ class ChaosRun:
                 verdicts=verdicts,
                 jobs=len(self.ledger.committed),
                 triggers=self.ledger.triggers,
+                chains=len(self.ledger.chains),
+                batches=Counter(end.state for end in evidence.batch_ends.values()),
                 busy_triggers=self.ledger.skipped_busy,
                 ghosts=len(self.ledger.ghosts),
                 executions=len(evidence.executions),
@@ -141,7 +143,10 @@ class ChaosRun:
         """Delete the run's rows: its ledger and its jobs, live and dead."""
         for _ in range(2):
             try:
-                ChaosExecution.objects.forget_run(self.run_id, self.queue, using=self.state.alias)
+                batches = [written.id for written in self.state.ledger.batches]
+                ChaosExecution.objects.forget_run(
+                    self.run_id, self.queue, batches, using=self.state.alias
+                )
                 return
             except DatabaseError:
                 self.state.reconnect()
@@ -170,13 +175,17 @@ class ChaosRun:
         deadline = began + config.duration
         next_fault = began + self.faults.gap()
         next_progress = began
-        owed_plain = owed_triggers = owed_limited = 0.0
+        owed_plain = owed_triggers = owed_limited = owed_workflows = 0.0
         last = began
         while (now := time.monotonic()) < deadline:
             owed_plain += (now - last) * config.rate
             owed_triggers += (now - last) * config.triggers if config.keys else 0.0
             owed_limited += (now - last) * config.limited
+            owed_workflows += (now - last) * config.workflows
             last = now
+            while owed_workflows >= 1:
+                self.load.enqueue_workflow()
+                owed_workflows -= 1
             if owed_limited >= 1:
                 self.load.enqueue_limited(int(owed_limited))
                 owed_limited -= int(owed_limited)

@@ -18,7 +18,7 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from django_pgjobs.chaos.config import ChaosAborted, ChaosConfig
-from django_pgjobs.chaos.invariants import Fault
+from django_pgjobs.chaos.invariants import BatchWritten, Fault
 from django_pgjobs.chaos.models import ChaosExecution
 
 #: How long the run waits for its database to come back before it gives up.
@@ -42,6 +42,9 @@ class Ledger:
     cancelled: dict[int, datetime] = field(default_factory=dict)
     #: Jobs of the run's rate-limited concurrency key.
     limited: set[int] = field(default_factory=set)
+    #: The chains the run committed (each job after the one before it), and its batches.
+    chains: list[tuple[int, ...]] = field(default_factory=list)
+    batches: list[BatchWritten] = field(default_factory=list)
     missed: Counter[str] = field(default_factory=Counter)
     worker_exits: list[str] = field(default_factory=list)
 

@@ -65,18 +65,23 @@ def test_a_short_chaos_run_injects_every_fault_and_keeps_every_invariant() -> No
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    for name in ("no job lost", "no ghost ran", "fencing", "keys", "attempts"):
+    for name in ("no job lost", "no ghost ran", "fencing", "keys", "attempts", "workflows"):
         assert re.search(rf"ok\s+{name}:", output), output
     assert re.search(r"ok\s+poison dead-lettered:", output), output
     faults = dict(
         re.findall(r"(kill|stop|terminate|ghost|poison) (\d+)", output.split("faults injected")[1])
     )
     assert set(faults) == {"kill", "stop", "terminate", "ghost", "poison"}, output
+    chains, batches = map(
+        int, re.search(r"workflows\s+(\d+) chains, (\d+) batches", output).groups()
+    )
+    assert chains + batches >= 6, output  # about one a second, each ended as it should
     executions = int(re.search(r"executions\s+(\d+)", output).group(1))
     assert executions >= 60
     # It leaves nothing behind: no jobs, no ledger, no logs.
     assert count() == 0 and count("pgjobs_dead") == 0
     assert count("pgjobs_chaos_execution") == 0
+    assert count("pgjobs_batch") == count("pgjobs_dependency") == 0
     run_id = re.search(r"chaos run (\w+)", output).group(1)
     assert not list(Path(tempfile.gettempdir()).glob(f"pgjobs-chaos-{run_id}-*"))
 

@@ -127,6 +127,13 @@ class Command(BaseCommand):
             f"enqueued per second (default {defaults.limited:g}; 0: none).",
         )
         parser.add_argument(
+            "--workflows",
+            type=float,
+            default=defaults.workflows,
+            help="Chains (jobs after each other) and batches with callbacks written per "
+            f"second (default {defaults.workflows:g}; 0: none).",
+        )
+        parser.add_argument(
             "--lease",
             type=positive_int,
             default=defaults.lease,
@@ -179,6 +186,7 @@ class Command(BaseCommand):
                 rate=options["rate"],
                 keys=options["keys"],
                 limited=options["limited"],
+                workflows=options["workflows"],
                 lease=options["lease"],
                 faults=faults,
                 fault_every=options["fault_every"],
@@ -225,6 +233,11 @@ class Command(BaseCommand):
             else ""
         )
         write(f"jobs committed     {report.jobs} ({report.triggers} keyed triggers{busy})")
+        ended = ", ".join(f"{n} {state}" for state, n in sorted(report.batches.items()))
+        write(
+            f"workflows          {report.chains} chains, {report.batches.total()} batches"
+            f"{f' ({ended})' if ended else ''}"
+        )
         write(f"rolled back        {report.ghosts} jobs in transactions that rolled back")
         write(f"executions         {report.executions}")
         reruns = report.reruns
