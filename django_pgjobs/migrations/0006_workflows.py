@@ -8,9 +8,10 @@ Waiting jobs are in no claim index: every index a claim walks is partial on pend
 
 from django.db import migrations, models
 
-# The function's text as of this migration; a later change to it comes with a
-# migration of its own that runs CREATE OR REPLACE again.
-from django_pgjobs.db.sql.workflows import DROP_END_PARENTS_FUNCTION, END_PARENTS_FUNCTION_0006
+# The function's text as of this migration, frozen; a later change to it comes with a
+# migration of its own that runs CREATE OR REPLACE again (0007).
+from django_pgjobs.db.sql.workflows import DROP_END_PARENTS_FUNCTION
+from django_pgjobs.db.sql.workflows_0006 import END_PARENTS_FUNCTION_0006
 
 
 class Migration(migrations.Migration):

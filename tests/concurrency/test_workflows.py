@@ -176,3 +176,25 @@ class TestS29Workers:
         assert dead_row(dies.id, "reason") == (f"dependency failed: {bad.id}",)
         assert row(runs.id) is None and dead_row(runs.id) is None  # ran and was acked
         assert count() == 0
+
+
+class TestS29Plans:
+    def test_s29_a_parents_ack_on_a_worker_connection_reads_only_the_rows_it_moves(
+        self,
+    ) -> None:
+        """A worker's connection plans without sorts (TUNE_WORKER_SESSION); the function
+        that ends parents plans with them, or locking its children in id order walks the
+        job table's primary key from end to end (10 ms an ack with 10,000 jobs)."""
+        Job.objects.enqueue_many([{"kind": "demo.task"}] * 3000)  # other work, not touched
+        parents = Job.objects.enqueue_many([{"kind": "demo.task", "queue": "fan"}] * 5)
+        child = Job.objects.enqueue("demo.task", after=parents, queue="other")
+        Job.objects.tune_worker_connection()
+        handles = Job.objects.claim_batch("fan", 5, "w")
+        with transaction.atomic():
+            assert Job.objects.ack_batch(handles) == 5
+            (read,) = execute(
+                "SELECT coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0)"
+                " FROM pg_stat_xact_user_tables WHERE relname = 'pgjobs_job'"
+            )[0]
+        assert row(child.id, "state") == ("pending",)
+        assert read < 100, f"the ack read {read} rows of pgjobs_job"

@@ -233,6 +233,8 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "PROBE_LISTENER": {"channel": "pgjobs", "token": "pgjobs-probe:x"},
     "END_PARENTS_FUNCTION": {},
     "END_PARENTS_FUNCTION_0006": {},
+    "EDGES_FILLFACTOR": {},
+    "RESET_EDGES_FILLFACTOR": {},
     "DROP_END_PARENTS_FUNCTION": {},
     "LOCK_PARENTS": {"parents": [1, 2]},
     "PARENT_STANDING": {"parents": [1, 2]},
@@ -311,7 +313,7 @@ def test_statement_runs_against_the_schema(name: str) -> None:
 def test_statement_names_only_the_models_tables_and_opens_with_a_comment(name: str) -> None:
     statement = sql.STATEMENTS[name]
     assert statement.lstrip().startswith("-- ")
-    tables = set(re.findall(r"\b(?:FROM|INTO|UPDATE|JOIN)\s+(pgjobs_\w+)", statement))
+    tables = set(re.findall(r"\b(?:FROM|INTO|UPDATE|JOIN|TABLE)\s+(pgjobs_\w+)", statement))
     assert bool(tables) == (name not in TABLELESS)
     models = (
         Job,

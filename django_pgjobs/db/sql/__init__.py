@@ -22,6 +22,7 @@ from django_pgjobs.db.sql.session import *  # noqa: F403
 from django_pgjobs.db.sql.stats import *  # noqa: F403
 from django_pgjobs.db.sql.workers import *  # noqa: F403
 from django_pgjobs.db.sql.workflows import *  # noqa: F403
+from django_pgjobs.db.sql.workflows_0006 import *  # noqa: F403
 
 JOB_TABLE = "pgjobs_job"
 DEAD_TABLE = "pgjobs_dead"

@@ -9,9 +9,11 @@ started with, which may predate the child's commit the lock waited for. So the e
 parent is recorded by a VOLATILE function, `pgjobs_end_parents`, whose every statement
 reads with a fresh snapshot: called by the statement that ends the parent, after that
 statement locked the parent's row, it sees every child whose writer held that lock
-before. The function is installed by migration 0006 and replaced by 0007, which adds
-the end of batches (S31, db/sql/batches.py): END_PARENTS_FUNCTION is the current text,
-END_PARENTS_FUNCTION_0006 the first, for 0006 and for reversing 0007.
+before. The function is installed by migration 0006 (its text frozen in workflows_0006)
+and replaced by 0007, which adds the end of batches (S31, db/sql/batches.py) and finds
+children by primary key whatever the planner's statistics say: END_PARENTS_FUNCTION is
+the current text. A change to it comes with a migration that installs it again, and the
+text that migration replaces is frozen beside workflows_0006 for its reverse.
 """
 
 from __future__ import annotations
@@ -19,80 +21,33 @@ from __future__ import annotations
 from django_pgjobs.db.sql.fragments import KEPT_COLUMNS, KEPT_COLUMNS_OF_J
 from django_pgjobs.db.sql.jobs import DOCUMENT_COLUMNS, DOCUMENT_VALUES
 
-#: S31, spliced into the function after each round of released children: the batches
-#: whose callbacks were just released have ended. Every callback of a batch waits for
-#: the same parents (its members and its seal, a parent whose id is minus the batch's),
-#: so a batch's callbacks are released together, once, by the statement that records
-#: the last end. Here the batch's tally is recorded from the edges of one callback, and
-#: the callbacks that do not match how it ended (on_success when a member failed,
-#: on_failure when none did) are deleted with their edges before anyone can see them.
-_END_BATCHES = """
-        IF cardinality(released_ids) > 0 THEN
-            WITH fired AS (
-                SELECT c.job_id, c.batch_id, c.fires_on
-                FROM pgjobs_batch_callback AS c
-                WHERE c.job_id = ANY(released_ids)
-            ),
-            tally AS (
-                SELECT f.batch_id,
-                       count(d.id) FILTER (WHERE d.ended = 'done') AS done,
-                       count(d.id) FILTER (WHERE d.ended = 'failed') AS failed
-                FROM (SELECT DISTINCT ON (batch_id) batch_id, job_id
-                      FROM fired ORDER BY batch_id, job_id) AS f
-                LEFT JOIN pgjobs_dependency AS d
-                       ON d.child_id = f.job_id AND d.parent_id > 0
-                GROUP BY f.batch_id
-            ),
-            ended AS (
-                UPDATE pgjobs_batch AS b
-                SET state = CASE WHEN t.failed > 0 THEN 'failed' ELSE 'succeeded' END,
-                    done = t.done, failed = t.failed, ended_at = now()
-                FROM tally AS t
-                WHERE b.id = t.batch_id
-                RETURNING b.id, b.state
-            ),
-            dropped AS (
-                DELETE FROM pgjobs_job AS j
-                USING fired AS f, ended AS e
-                WHERE j.id = f.job_id AND e.id = f.batch_id
-                  AND ((f.fires_on = 'success' AND e.state = 'failed')
-                       OR (f.fires_on = 'failure' AND e.state = 'succeeded'))
-                RETURNING j.id
-            ),
-            unhooked AS (
-                DELETE FROM pgjobs_dependency AS d
-                WHERE d.child_id IN (SELECT id FROM dropped)
-            )
-            SELECT count(*) INTO released FROM dropped;
-            moved := moved - released;
-        END IF;"""
-
-#: The pieces of the function that carry released children to _END_BATCHES (0007).
-_DECLARE_RELEASED_IDS = """
-    released_ids bigint[];"""
-_COLLECT_RELEASED_IDS = """,
-                   (SELECT coalesce(array_agg(r.id), '{}') FROM released_jobs AS r
-                    WHERE r.state = 'pending')"""
-
-
-def _end_parents_function(*, batches: bool) -> str:
-    """The function's text: with the end of batches (0007, current) or without (0006).
-    Both are kept, so that 0006 installs what it always did and 0007 reverses to it."""
-    return f"""
+END_PARENTS_FUNCTION = f"""
 -- Install pgjobs_end_parents(done_ids, done_results, failed_ids, channel, notify,
--- acked_children) (S29, S30): record that parents ended, and delete the edges of acked
--- children (they no longer need their parents' results). A done parent's edges keep
--- its result, and a child
--- whose last parent it was becomes pending (woken). A dead or cancelled parent's
--- children die with it as 'dependency failed: <id>' of the first job that died
--- (transitively), unless their edge says on_failure = 'run', which counts as done.
--- Returns the children moved (pending or dead). Each statement locks what it changes,
--- and the next one reads with a fresh snapshot (see the module's docstring).
+-- acked_children) (S29-S31): record that parents ended, and delete the edges of acked
+-- children (they no longer need their parents' results). A done parent's edges keep its
+-- result, and a child whose last parent it was becomes pending (woken). A dead or
+-- cancelled parent's children die with it as 'dependency failed: <id>' of the first job
+-- that died (transitively), unless their edge says on_failure = 'run', which counts as
+-- done. A released child that is a batch's callback ends its batch (S31, below).
+-- Returns the children moved (pending or dead, less the callbacks deleted unfired).
+-- Each statement locks what it changes, and the next reads with a fresh snapshot (see
+-- the module's docstring).
+--
+-- Plans: every statement here finds its rows by key (ids, a parent's edges, a batch's
+-- callbacks), so the function plans without sequential scans and with sorts, whatever
+-- the session says (a worker's connection turns sorts off for its claims) and whatever
+-- the statistics say: with an estimate of few waiting jobs, a scan of the job table
+-- looks cheaper than probes, and without sorts, locking children in id order walks the
+-- primary key from end to end; either costs every ack of a fan-out's children a read of
+-- the whole table. Children are locked one primary-key probe each, in id order.
 CREATE OR REPLACE FUNCTION pgjobs_end_parents(
     done_ids bigint[], done_results jsonb[], failed_ids bigint[], wake_channel text,
     wake boolean, acked_children bigint[] DEFAULT '{{}}'
 ) RETURNS integer
 LANGUAGE plpgsql VOLATILE
+SET enable_sort = on
+SET enable_incremental_sort = on
+SET enable_seqscan = off
 AS $body$
 #variable_conflict use_column
 DECLARE
@@ -102,7 +57,8 @@ DECLARE
     frontier bigint[] := coalesce(failed_ids, '{{}}');
     roots bigint[] := coalesce(failed_ids, '{{}}');
     moved integer := 0;
-    released integer;{_DECLARE_RELEASED_IDS if batches else ""}
+    released integer;
+    released_ids bigint[];
 BEGIN
     IF cardinality(acked_children) > 0 THEN
         DELETE FROM pgjobs_dependency AS d WHERE d.child_id = ANY(acked_children);
@@ -126,19 +82,25 @@ BEGIN
                 SELECT c.id, count(*)::int AS n FROM unnest(freed) AS c(id) GROUP BY c.id
             ),
             locked AS (
-                SELECT j.id FROM pgjobs_job AS j
-                WHERE j.id IN (SELECT id FROM counted) AND j.state = 'waiting'
-                ORDER BY j.id
-                FOR NO KEY UPDATE
+                SELECT l.id, c.n
+                FROM (SELECT * FROM counted ORDER BY id) AS c
+                CROSS JOIN LATERAL (
+                    SELECT j.id FROM pgjobs_job AS j
+                    WHERE j.id = c.id AND j.state = 'waiting'
+                    FOR NO KEY UPDATE
+                ) AS l
             ),
             released_jobs AS (
+                -- By id, not by the locked row's ctid: a row a concurrent end updated
+                -- while this lock waited is a version this statement's snapshot does
+                -- not see, and only an update of the version it sees follows the chain.
                 UPDATE pgjobs_job AS j
-                SET parents_left = j.parents_left - c.n,
-                    state = CASE WHEN j.parents_left - c.n > 0 THEN 'waiting'
+                SET parents_left = j.parents_left - l.n,
+                    state = CASE WHEN j.parents_left - l.n > 0 THEN 'waiting'
                                  ELSE 'pending' END
-                FROM counted AS c
-                WHERE j.id = c.id AND j.id IN (SELECT id FROM locked) AND j.state = 'waiting'
-                RETURNING {"j.id, " if batches else ""}j.queue, j.state, j.run_after
+                FROM locked AS l
+                WHERE j.id = l.id AND j.state = 'waiting'
+                RETURNING j.id, j.queue, j.state, j.run_after
             ),
             woke AS (
                 SELECT pg_notify(wake_channel, q.queue)
@@ -147,9 +109,57 @@ BEGIN
                 WHERE wake
             )
             SELECT (SELECT count(*) FROM released_jobs WHERE state = 'pending')
-                   + 0 * (SELECT count(*) FROM woke){_COLLECT_RELEASED_IDS if batches else ""}
-            INTO released{", released_ids" if batches else ""};
-            moved := moved + released;{_END_BATCHES if batches else ""}
+                   + 0 * (SELECT count(*) FROM woke),
+                   (SELECT coalesce(array_agg(r.id), '{{}}') FROM released_jobs AS r
+                    WHERE r.state = 'pending')
+            INTO released, released_ids;
+            moved := moved + released;
+            IF cardinality(released_ids) > 0 THEN
+                -- S31: the batches whose callbacks were just released have ended. Every
+                -- callback of a batch waits for the same parents (its members, and its
+                -- seal: a parent whose id is minus the batch's), so they are released
+                -- together, once, by the statement that records the last end. The
+                -- tally is read from the edges of one callback; the callbacks that do
+                -- not match (on_success when a member failed, on_failure when none
+                -- did) are deleted with their edges before anyone can see them.
+                WITH fired AS (
+                    SELECT c.job_id, c.batch_id, c.fires_on
+                    FROM pgjobs_batch_callback AS c
+                    WHERE c.job_id = ANY(released_ids)
+                ),
+                tally AS (
+                    SELECT f.batch_id,
+                           count(d.id) FILTER (WHERE d.ended = 'done') AS done,
+                           count(d.id) FILTER (WHERE d.ended = 'failed') AS failed
+                    FROM (SELECT DISTINCT ON (batch_id) batch_id, job_id
+                          FROM fired ORDER BY batch_id, job_id) AS f
+                    LEFT JOIN pgjobs_dependency AS d
+                           ON d.child_id = f.job_id AND d.parent_id > 0
+                    GROUP BY f.batch_id
+                ),
+                ended AS (
+                    UPDATE pgjobs_batch AS b
+                    SET state = CASE WHEN t.failed > 0 THEN 'failed' ELSE 'succeeded' END,
+                        done = t.done, failed = t.failed, ended_at = now()
+                    FROM tally AS t
+                    WHERE b.id = t.batch_id
+                    RETURNING b.id, b.state
+                ),
+                dropped AS (
+                    DELETE FROM pgjobs_job AS j
+                    USING fired AS f, ended AS e
+                    WHERE j.id = f.job_id AND e.id = f.batch_id
+                      AND ((f.fires_on = 'success' AND e.state = 'failed')
+                           OR (f.fires_on = 'failure' AND e.state = 'succeeded'))
+                    RETURNING j.id
+                ),
+                unhooked AS (
+                    DELETE FROM pgjobs_dependency AS d
+                    WHERE d.child_id IN (SELECT id FROM dropped)
+                )
+                SELECT count(*) INTO released FROM dropped;
+                moved := moved - released;
+            END IF;
         END IF;
         EXIT WHEN cardinality(frontier) = 0;
         -- The edges out of the jobs that just died.
@@ -172,15 +182,18 @@ BEGIN
             GROUP BY d.id
         ),
         locked AS (
-            SELECT j.id FROM pgjobs_job AS j
-            WHERE j.id IN (SELECT id FROM fate) AND j.state = 'waiting'
-            ORDER BY j.id
-            FOR UPDATE
+            SELECT l.id, f.root
+            FROM (SELECT * FROM fate ORDER BY id) AS f
+            CROSS JOIN LATERAL (
+                SELECT j.id FROM pgjobs_job AS j
+                WHERE j.id = f.id AND j.state = 'waiting'
+                FOR UPDATE
+            ) AS l
         ),
         buried AS (
-            DELETE FROM pgjobs_job AS j USING fate AS f
-            WHERE j.id = f.id AND j.id IN (SELECT id FROM locked) AND j.state = 'waiting'
-            RETURNING j.*, f.root AS doomed_by
+            DELETE FROM pgjobs_job AS j USING locked AS l
+            WHERE j.id = l.id AND j.state = 'waiting'
+            RETURNING j.*, l.root AS doomed_by
         ),
         dead AS (
             INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, died_at)
@@ -198,10 +211,6 @@ BEGIN
 END
 $body$
 """
-
-
-END_PARENTS_FUNCTION = _end_parents_function(batches=True)
-END_PARENTS_FUNCTION_0006 = _end_parents_function(batches=False)
 
 DROP_END_PARENTS_FUNCTION = """
 -- Remove pgjobs_end_parents (migration 0006 reversed).
@@ -347,4 +356,17 @@ UNION ALL
 SELECT 'child', d.child_id, d.on_failure, d.ended
 FROM pgjobs_dependency AS d WHERE d.parent_id = %(id)s
 ORDER BY 1 DESC, 2
+"""
+
+EDGES_FILLFACTOR = """
+-- Leave half of each page of pgjobs_dependency free (migration 0007): an edge is updated
+-- once, when its parent ends (ended, parent_result, neither indexed), and with room in
+-- its page that update is HOT, so it writes no index entries (a fan-in's acks: a third of
+-- the time of the edges' update).
+ALTER TABLE pgjobs_dependency SET (fillfactor = 50)
+"""
+
+RESET_EDGES_FILLFACTOR = """
+-- Back to the default fillfactor of pgjobs_dependency (migration 0007 reversed).
+ALTER TABLE pgjobs_dependency RESET (fillfactor)
 """
