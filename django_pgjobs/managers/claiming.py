@@ -8,9 +8,10 @@ a lapsed claim waits in its queues, and whether keyed jobs do.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 
@@ -19,9 +20,18 @@ from django_pgjobs.db import sql
 from django_pgjobs.managers.queues import forget_limits
 
 
-def claim(
-    queues: list[str], limited: list[str], n: int, worker_id: str, alias: str
-) -> tuple[list[Any], bool]:
+class Claimed(NamedTuple):
+    """What claim statements returned: their rows, whether a lapsed claim waits in
+    their queues, and, when the claim came up short, the seconds until a job of its
+    queues is next due (`due_known`; `due_in` None: nothing is due)."""
+
+    rows: list[Any]
+    lapsed_waiting: bool
+    due_known: bool = False
+    due_in: float | None = None
+
+
+def claim(queues: list[str], limited: list[str], n: int, worker_id: str, alias: str) -> Claimed:
     """Claim keyed jobs first when some wait (S34), then from the limited queues (a
     statement of their own), then the rest.
 
@@ -36,14 +46,14 @@ def claim(
     if keyed.due():
         tried = True
         rows, lapsed_waiting = _claim_keyed(queues, n, worker_id, alias)
-    more, lapsed = _claim_unkeyed(queues, limited, n - claimed(rows), worker_id, alias)
-    rows += more
-    lapsed_waiting = lapsed_waiting or lapsed
+    unkeyed = _claim_unkeyed(queues, limited, n - claimed(rows), worker_id, alias)
+    rows += unkeyed.rows
+    lapsed_waiting = lapsed_waiting or unkeyed.lapsed_waiting
     if not tried and keyed.due() and claimed(rows) < n:
         more, lapsed = _claim_keyed(queues, n - claimed(rows), worker_id, alias)
         rows += more
         lapsed_waiting = lapsed_waiting or lapsed
-    return rows, lapsed_waiting
+    return Claimed(rows, lapsed_waiting, unkeyed.due_known, unkeyed.due_in)
 
 
 def claimed(rows: Sequence[Any]) -> int:
@@ -104,18 +114,19 @@ def _claim_keyed_round(
 
 def _claim_unkeyed(
     queues: list[str], limited: list[str], n: int, worker_id: str, alias: str
-) -> tuple[list[Any], bool]:
+) -> Claimed:
     """Claim from the limited queues first (a statement of their own), then the rest.
 
     The fast statement skips paused and limited queues by itself, whatever `limited`
     (a cache) says, so a stale cache can delay a limited queue's claims a moment but
-    never exceed its limit.
+    never exceed its limit. When it ran over every queue and came up short, its
+    answer of when the next job is due stands for the whole claim.
     """
     taken: list[Any] = []
     lapsed_waiting = False
     locked: set[str] = set()
     if n <= 0:
-        return taken, lapsed_waiting
+        return Claimed(taken, lapsed_waiting)
     if limited:
         with transaction.atomic(using=alias):
             rows = db.fetchall(sql.LOCK_LIMITED_QUEUES, {"queues": limited}, alias)
@@ -134,13 +145,17 @@ def _claim_unkeyed(
         if locked != set(limited):  # a limit was lifted since the cache was read
             forget_limits()
     rest = [queue for queue in queues if queue not in locked]
-    if rest and claimed(taken) < n:
-        params = {"queues": rest, "worker_id": worker_id, **db.commit_mode(alias)}
-        rows = db.fetchall(sql.claim_jobs(n - claimed(taken)), params, alias)
-        taken += rows
-        lapsed_waiting = lapsed_waiting or bool(rows and rows[0][0])
-        keyed_claims(alias).seen(rows)
-    return taken, lapsed_waiting
+    if not rest or claimed(taken) >= n:
+        return Claimed(taken, lapsed_waiting)
+    params = {"queues": rest, "worker_id": worker_id, **db.commit_mode(alias)}
+    rows = db.fetchall(sql.claim_jobs(n - claimed(taken)), params, alias)
+    taken += rows
+    lapsed_waiting = lapsed_waiting or bool(rows and rows[0][0])
+    keyed_claims(alias).seen(rows)
+    due = rows[0][-1] if rows else None  # NULL: this statement's claim was full
+    if due is None or locked:
+        return Claimed(taken, lapsed_waiting)
+    return Claimed(taken, lapsed_waiting, True, None if math.isinf(due) else max(due, 0.0))
 
 
 #: Most concurrency key values one keyed claim visits (and no more than the jobs it

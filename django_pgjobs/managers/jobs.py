@@ -140,24 +140,32 @@ class JobManager(JobReads):
         run_after, id order. Each claim consumes an attempt and gets a fresh token.
         Concurrent claimers get disjoint jobs. `n <= 0` returns [] without a query.
         """
+        return self.claim_for_worker(queues, n, worker_id, using=using)[0]
+
+    def claim_for_worker(
+        self, queues: str | Sequence[str], n: int, worker_id: str, *, using: str | None = None
+    ) -> tuple[list[JobHandle], tuple[bool, float | None]]:
+        """claim_batch, and what it learnt of the next due job: (True, the seconds until
+        a job of `queues` is next due, None if none) when it came up short over every
+        queue in one statement, else (False, None): ask `next_due_in`."""
         n = options.validate_claim_size(n)
         worker_id = options.validate_worker_id(worker_id)
         names = options.validate_queue_names(queues)
         if n <= 0:
-            return []
+            return [], (False, None)
         alias = db.alias(using)
         limited = sorted(limited_queues(alias).intersection(names))
-        rows, lapsed_waiting = claiming.claim(names, limited, n, worker_id, alias)
-        handles = self._handles(rows, alias)
-        if lapsed_waiting:
+        found = claiming.claim(names, limited, n, worker_id, alias)
+        handles = self._handles(found.rows, alias)
+        if found.lapsed_waiting:
             # Rare: a claim lapsed in these queues (its worker died). Put it back in line
             # (or bury it), then fill what this claim has left.
             self.rescue_lapsed(names, pgjobs_settings.SWEEP_BATCH, using=alias)
             if len(handles) < n:
-                rows = claiming.claim(names, limited, n - len(handles), worker_id, alias)[0]
-                handles += self._handles(rows, alias)
+                found = claiming.claim(names, limited, n - len(handles), worker_id, alias)
+                handles += self._handles(found.rows, alias)
         handles.sort(key=lambda handle: (-handle.priority, handle.run_after, handle.id))
-        return handles
+        return handles, (found.due_known, found.due_in)
 
     def _handles(self, rows: Sequence[Any], alias: str) -> list[JobHandle]:
         """The handles of a claim statement's rows (an empty claim returns one row of

@@ -391,20 +391,24 @@ class Worker:
         using, queues = self.options.using, self.options.queues
         try:
             self.jobs.tune_worker_connection(using=using)
-            handles = self.jobs.claim_batch(queues, free, self.worker_id, using=using)
+            handles, (due_known, due_in) = self.jobs.claim_for_worker(
+                queues, free, self.worker_id, using=using
+            )
         except Exception as error:
             self.faults.failed("claim", error)
             return
         self.faults.recovered()
         self._hand_out(handles)
         if len(handles) < free:
-            # The queues ran dry: sleep until the next scheduled job. Asked once the jobs
-            # are handed out, so that they need not wait for the answer.
-            try:
-                due_in = self.jobs.next_due_in(queues, using=using)
-            except Exception as error:
-                self.faults.failed("claim", error)
-                return
+            # The queues ran dry: sleep until the next scheduled job, as the claim said
+            # or, when it could not (a limited queue's claim of its own), as asked now,
+            # once the jobs are handed out, so that they need not wait for the answer.
+            if not due_known:
+                try:
+                    due_in = self.jobs.next_due_in(queues, using=using)
+                except Exception as error:
+                    self.faults.failed("claim", error)
+                    return
             pacing.dry(due_in, time.monotonic())
 
     def _hand_out(self, handles: list[JobHandle]) -> None:

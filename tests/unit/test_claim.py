@@ -194,3 +194,31 @@ class TestS9Recovery:
         Job.objects.claim_one("default", "w1")
         assert 6 < seconds_from_now("claimed_until", job_id) <= 7
         assert count("pgjobs_dead") == 0
+
+
+class TestClaimSaysWhenNextDue:
+    """A claim that comes up short says when a job of its queues is next due (the same
+    answer as next_due_in), so that a worker whose queues ran dry need not ask."""
+
+    def test_a_short_claim_answers_as_next_due_in_and_a_full_one_does_not(self) -> None:
+        Job.objects.enqueue("demo.t", delay=20)
+        Job.objects.enqueue("demo.t")
+        handles, (known, due_in) = Job.objects.claim_for_worker("default", 5, "w")
+        assert len(handles) == 1 and known
+        asked = Job.objects.next_due_in("default")
+        assert due_in is not None and asked is not None and 19 < due_in <= 20
+        assert abs(due_in - asked) < 1
+        Job.objects.enqueue_many([{"kind": "demo.t"}] * 3)
+        handles, (known, due_in) = Job.objects.claim_for_worker("default", 2, "w")
+        assert (len(handles), known, due_in) == (2, False, None)
+
+    def test_nothing_due_is_known_as_none(self) -> None:
+        assert Job.objects.claim_for_worker("default", 5, "w") == ([], (True, None))
+
+    def test_a_claim_of_a_limited_queue_leaves_the_worker_to_ask(self) -> None:
+        from django_pgjobs.models import QueueControl
+
+        QueueControl.objects.set_limit("default", 5)
+        Job.objects.enqueue("demo.t", delay=20)
+        handles, (known, due_in) = Job.objects.claim_for_worker("default", 5, "w")
+        assert (handles, known, due_in) == ([], False, None)

@@ -21,6 +21,7 @@ from django_pgjobs.db.sql.fragments import (
     DEPENDENTS_OF_BURIED,
     KEPT_COLUMNS,
     KEPT_COLUMNS_OF_J,
+    NEXT_DUE_SECONDS,
     PROMOTE_RERUN,
     UNKEYED,
 )
@@ -207,24 +208,11 @@ SELECT (SELECT count(*) FROM requeued), (SELECT count(*) FROM dead),
        (SELECT count(*) FROM dependents)
 """
 
-NEXT_DUE_IN = """
+NEXT_DUE_IN = f"""
 -- Seconds from now() until a job of %(queues)s next becomes claimable: the earliest
 -- scheduled pending job, or the earliest running job whose lease will lapse (NULL: none).
-SELECT extract(epoch FROM least(
-    (SELECT min(n.run_after)
-     FROM unnest(%(queues)s::text[]) AS q(name)
-     CROSS JOIN LATERAL (
-         SELECT j.run_after FROM pgjobs_job AS j
-         WHERE j.state = 'pending' AND j.queue = q.name AND j.run_after > now()
-         ORDER BY j.run_after
-         LIMIT 1
-     ) AS n),
-    (SELECT j.claimed_until FROM pgjobs_job AS j
-     WHERE j.state = 'running' AND j.claimed_until > now()
-       AND j.queue = ANY(%(queues)s::text[])
-     ORDER BY j.claimed_until
-     LIMIT 1)
-) - now())::float8
+-- A claim that comes up short answers the same itself (CLAIM_PICKED's due_in).
+SELECT {NEXT_DUE_SECONDS}
 """
 
 ACK_JOBS = f"""

@@ -85,9 +85,29 @@ CLAIMABLE = (
 #: An unkeyed job: what the claim index holds (keyed jobs have a claim of their own, S34).
 UNKEYED = "j.limit_key IS NULL"
 
+#: Seconds from now() until a job of %(queues)s next becomes claimable: the earliest
+#: scheduled pending job, or the earliest running job whose lease will lapse (NULL: none).
+NEXT_DUE_SECONDS = """extract(epoch FROM least(
+    (SELECT min(n.run_after)
+     FROM unnest(%(queues)s::text[]) AS q(name)
+     CROSS JOIN LATERAL (
+         SELECT j.run_after FROM pgjobs_job AS j
+         WHERE j.state = 'pending' AND j.queue = q.name AND j.run_after > now()
+         ORDER BY j.run_after
+         LIMIT 1
+     ) AS n),
+    (SELECT j.claimed_until FROM pgjobs_job AS j
+     WHERE j.state = 'running' AND j.claimed_until > now()
+       AND j.queue = ANY(%(queues)s::text[])
+     ORDER BY j.claimed_until
+     LIMIT 1)
+) - now())::float8"""
+
 #: The end of every claim statement: claim the rows of its `picked` (S8), and return,
 #: after its lapsed_waiting and keyed_waiting flags, what the caller reads into a
-#: JobHandle. An empty claim still returns one row, for the flags.
+#: JobHandle, then `due_in`: when the claim took fewer than %(limit)s, NEXT_DUE_SECONDS
+#: ('Infinity': nothing is due), so that a worker whose queues ran dry need not ask
+#: (NULL when the claim was full). An empty claim still returns one row, for the flags.
 CLAIM_PICKED = f"""claimed AS (
     -- Claim the rows of `picked` (S8).
     UPDATE pgjobs_job AS j
@@ -118,9 +138,11 @@ flags AS (
                       WHERE j.state = 'pending' AND j.limit_key IS NOT NULL
                         AND j.queue = q.name)
     ) AS keyed_waiting,
-    {COMMIT_MODE} AS commit_mode
+    {COMMIT_MODE} AS commit_mode,
+    CASE WHEN (SELECT count(*) FROM claimed) < %(limit)s
+         THEN coalesce({NEXT_DUE_SECONDS}, 'Infinity'::float8) END AS due_in
 )
-SELECT f.lapsed_waiting, f.keyed_waiting, c.*
+SELECT f.lapsed_waiting, f.keyed_waiting, c.*, f.due_in
 FROM flags AS f
 LEFT JOIN claimed AS c ON true"""
 
