@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from django_pgjobs import exceptions
 from django_pgjobs.db import connection as db
@@ -114,10 +114,27 @@ def parent_results(job_id: int, using: str | None) -> dict[int, Any]:
 def with_dependencies(values: dict[str, Any], using: str | None) -> dict[str, Any]:
     """A job's row values with its parents' and children's ids, if it has any."""
     if values["has_parents"] or values["has_children"]:
-        rows = db.fetchall(sql.JOB_DEPENDENCIES, {"id": values["id"]}, using)
-        values["parents"] = tuple(other for side, other, _, _ in rows if side == "parent")
-        values["children"] = tuple(other for side, other, _, _ in rows if side == "child")
+        edges = edges_of(values["id"], using)
+        values["parents"] = tuple(edge.other for edge in edges if edge.side == "parent")
+        values["children"] = tuple(edge.other for edge in edges if edge.side == "child")
     return values
+
+
+class EdgeOf(NamedTuple):
+    """One edge of a job, seen from it: the other job ("parent" or "child"), the
+    dependency's on_failure and how it ended (None: not yet), and where the other job is
+    now ("waiting", "pending", "running", "done", "dead"; None: acked or pruned)."""
+
+    side: str
+    other: int
+    on_failure: str
+    ended: str | None
+    other_state: str | None
+
+
+def edges_of(job_id: int, using: str | None) -> list[EdgeOf]:
+    """A job's parents then children (S29), by id, for get_job and the admin."""
+    return [EdgeOf(*row) for row in db.fetchall(sql.JOB_DEPENDENCIES, {"id": job_id}, using)]
 
 
 def revive_dependents(job_id: int, using: str | None) -> int:

@@ -380,3 +380,26 @@ def test_the_batch_list_shows_progress_and_callbacks_and_refuses_bad_params(
     text = admin_client.get("/admin/django_pgjobs/batch/").content.decode()
     assert "3 of 3 ended: 3 done, 0 failed" in text
     assert "fired, pending" in text and f"#{failure.id} not fired" in text
+
+
+def test_a_jobs_page_shows_its_parents_children_and_batch(admin_client: Client) -> None:
+    from django_pgjobs.batches import Callback, batch
+    from django_pgjobs.dependencies import Parent
+
+    parent = Job.objects.enqueue("tests.plain")
+    lenient = Job.objects.enqueue("tests.plain")
+    child = Job.objects.enqueue("tests.plain", after=[parent, Parent(lenient, on_failure="run")])
+    page = admin_client.get(f"/admin/django_pgjobs/job/{child.id}/change/").content.decode()
+    assert "Workflow" in page and "Waits for" in page
+    assert f"/admin/django_pgjobs/job/{parent.id}/change/" in page
+    assert "die with it" in page and "run anyway" in page and "ended: not yet" in page
+    page = admin_client.get(f"/admin/django_pgjobs/job/{parent.id}/change/").content.decode()
+    assert "Waited for by" in page and f"#{child.id}</a> (waiting)" in page
+    with batch(on_complete=Callback("tests.plain")) as b:
+        b.add("tests.plain", value=1)
+    (member,) = b.members
+    page = admin_client.get(f"/admin/django_pgjobs/job/{member.id}/change/").content.decode()
+    assert f"/admin/django_pgjobs/batch/{b.id}/change/" in page and "0 of 1 ended" in page
+    plain = Job.objects.enqueue("tests.plain")
+    page = admin_client.get(f"/admin/django_pgjobs/job/{plain.id}/change/").content.decode()
+    assert "Workflow" not in page

@@ -349,12 +349,19 @@ ORDER BY d.parent_id
 
 JOB_DEPENDENCIES = """
 -- A job's parents (with on_failure and whether and how each ended) and its children,
--- for get_job and the admin.
-SELECT 'parent', d.parent_id, d.on_failure, d.ended
-FROM pgjobs_dependency AS d WHERE d.child_id = %(id)s AND d.parent_id > 0  -- not a seal
-UNION ALL
-SELECT 'child', d.child_id, d.on_failure, d.ended
-FROM pgjobs_dependency AS d WHERE d.parent_id = %(id)s
+-- each with where that job is now ('waiting', 'pending', 'running', 'done', 'dead', or
+-- NULL: acked or pruned), for get_job and the admin.
+SELECT e.side, e.other, e.on_failure, e.ended,
+       coalesce(j.state, CASE WHEN x.id IS NOT NULL THEN 'dead' END)
+FROM (
+    SELECT 'parent' AS side, d.parent_id AS other, d.on_failure, d.ended
+    FROM pgjobs_dependency AS d WHERE d.child_id = %(id)s AND d.parent_id > 0  -- no seal
+    UNION ALL
+    SELECT 'child', d.child_id, d.on_failure, d.ended
+    FROM pgjobs_dependency AS d WHERE d.parent_id = %(id)s
+) AS e
+LEFT JOIN pgjobs_job AS j ON j.id = e.other
+LEFT JOIN pgjobs_dead AS x ON x.id = e.other
 ORDER BY 1 DESC, 2
 """
 
