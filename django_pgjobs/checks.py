@@ -10,6 +10,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
+from django_pgjobs import registry
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.exceptions import InvalidCron
 from django_pgjobs.models import Job
@@ -38,6 +39,68 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         ]
     return []
+
+
+@checks.register(checks.Tags.compatibility)
+def check_queue_databases(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """pgjobs.E004: every database of PGJOBS["QUEUE_DATABASES"] exists and is PostgreSQL,
+    and no declared schedule's queue is moved there (schedules live in the jobs database).
+    pgjobs.I002: the queues moved say that their enqueues leave the caller's transaction."""
+    routes = pgjobs_settings.QUEUE_DATABASES
+    if not isinstance(routes, dict) or not routes:
+        return []
+    found: list[checks.CheckMessage] = []
+    for queue, alias in sorted(routes.items()):
+        engine = settings.DATABASES.get(alias, {}).get("ENGINE", "") if alias else ""
+        if alias not in settings.DATABASES:
+            found.append(
+                checks.Error(
+                    f"PGJOBS['QUEUE_DATABASES'][{queue!r}] is {alias!r}, which is not a key "
+                    "of DATABASES.",
+                    hint=f"Use one of {sorted(settings.DATABASES)}.",
+                    id="pgjobs.E004",
+                )
+            )
+        elif engine != "django.db.backends.postgresql" and not engine.endswith(".postgresql"):
+            found.append(
+                checks.Error(
+                    f"The jobs of queue {queue!r} live in {alias!r}, which uses {engine!r}.",
+                    hint="django_pgjobs needs PostgreSQL (psycopg 3) there.",
+                    id="pgjobs.E004",
+                )
+            )
+    try:
+        schedules = declared_schedules()
+    except (InvalidCron, ImproperlyConfigured):
+        schedules = {}  # E003 reports them
+    for name, declaration in sorted(schedules.items()):
+        queue = (
+            declaration.options.get("queue")
+            or registry.decorator_defaults(declaration.kind).get("queue")
+            or pgjobs_settings.DEFAULT_QUEUE
+        )
+        if pgjobs_settings.database_of(queue) != pgjobs_settings.DATABASE:
+            found.append(
+                checks.Error(
+                    f"Schedule {name!r} enqueues to queue {queue!r}, whose jobs live in "
+                    f"{pgjobs_settings.database_of(queue)!r}: schedules run in the jobs "
+                    f"database ({pgjobs_settings.DATABASE!r}) only.",
+                    hint="Schedule a job of a queue of the jobs database that enqueues it.",
+                    id="pgjobs.E004",
+                )
+            )
+    moved = ", ".join(f"{queue} -> {alias}" for queue, alias in sorted(routes.items()))
+    found.append(
+        checks.Info(
+            f"Queues in databases of their own: {moved}. Their enqueues are written there, "
+            "outside a transaction of any other database (an OutsideTransactionWarning "
+            "says so when it happens).",
+            hint="Wrap such an enqueue in transaction.atomic(using=<its database>); run "
+            "one runjobs --database <alias> per database.",
+            id="pgjobs.I002",
+        )
+    )
+    return found
 
 
 @checks.register(checks.Tags.compatibility)

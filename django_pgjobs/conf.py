@@ -55,6 +55,11 @@ class Settings:
 
     #: Django database alias that holds the job tables.
     DATABASE: str = "default"
+    #: Queues whose jobs live in a database of their own, by Django alias:
+    #: {"ingestion": "jobs_a", "purge": "jobs_b"}. Their enqueues go there (outside the
+    #: transaction of writes on any other database); `runjobs --database jobs_a` serves
+    #: them. Every other queue lives in DATABASE.
+    QUEUE_DATABASES: dict[str, str] = {}
     #: Queue used when neither the call nor the job names one.
     DEFAULT_QUEUE: str = "default"
     #: Send a NOTIFY when a runnable job is enqueued (switch off for poll-only operation).
@@ -153,6 +158,16 @@ class Settings:
                 return configured[name]
             return getattr(Settings, name)
         return super().__getattribute__(name)
+
+    def database_of(self, queue: str) -> str:
+        """The database alias of `queue`'s jobs: its QUEUE_DATABASES entry, else DATABASE."""
+        mapped: str | None = self.QUEUE_DATABASES.get(queue)
+        return mapped or self.DATABASE
+
+    def databases(self) -> list[str]:
+        """Every database that holds jobs: DATABASE, then QUEUE_DATABASES' others."""
+        others = sorted(set(self.QUEUE_DATABASES.values()) - {self.DATABASE})
+        return [self.DATABASE, *others]
 
     def queue_options(self, queue: str) -> QueueOptions:
         """Resolve a queue's options: its entry in `QUEUES`, else the global defaults.
@@ -307,6 +322,15 @@ class Settings:
         for name in ("SHUTDOWN_GRACE", "SWEEP_INTERVAL"):
             if seconds(getattr(self, name), f"PGJOBS[{name!r}]") < 0:
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must not be negative.")
+        routes = self.QUEUE_DATABASES
+        if not isinstance(routes, dict) or not all(
+            isinstance(queue, str) and queue and isinstance(alias, str) and alias
+            for queue, alias in routes.items()
+        ):
+            raise ImproperlyConfigured(
+                "PGJOBS['QUEUE_DATABASES'] must be a dict of queue name to database alias, "
+                "both non-empty strings."
+            )
         queues = self.QUEUES
         if not isinstance(queues, dict):
             raise ImproperlyConfigured("PGJOBS['QUEUES'] must be a dict of queue name to dict.")

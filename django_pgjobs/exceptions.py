@@ -96,6 +96,13 @@ class InvalidLimit(InvalidJobOption):
     """A concurrency key, concurrency or rate limit is not valid (S34, S35)."""
 
 
+class OutsideTransactionWarning(RuntimeWarning):
+    """A job went to its queue's own database (PGJOBS["QUEUE_DATABASES"]) while the caller
+    was inside a transaction of another database: it does not commit or roll back with
+    that transaction. Wrap the enqueue in `transaction.atomic(using=<that database>)`, or
+    keep the queue in the database of the writes it belongs with."""
+
+
 class LeaseLost(PgJobsError):
     """This claim is no longer the job's current claim: it lapsed, was cancelled, or was
     superseded by a newer claim. Its writes are refused."""

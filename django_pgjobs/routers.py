@@ -1,4 +1,5 @@
-"""Keep django_pgjobs' tables on the jobs database, `PGJOBS["DATABASE"]`.
+"""Keep django_pgjobs' tables on the jobs database, `PGJOBS["DATABASE"]` (and on the
+databases of PGJOBS["QUEUE_DATABASES"], where `migrate --database <alias>` creates them).
 
     DATABASES = {"default": {...}, "jobs": {...}}
     DATABASE_ROUTERS = ["django_pgjobs.routers.JobsRouter"]
@@ -39,5 +40,5 @@ class JobsRouter:
         self, db: str, app_label: str, model_name: str | None = None, **hints: Any
     ) -> bool | None:
         if app_label in APP_LABELS:
-            return db == pgjobs_settings.DATABASE
+            return db in pgjobs_settings.databases()  # QUEUE_DATABASES' databases too
         return None

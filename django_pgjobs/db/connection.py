@@ -83,6 +83,17 @@ def in_transaction(using: str | None) -> bool:
     return bool(connections[alias(using)].in_atomic_block)
 
 
+def in_transaction_elsewhere(using: str | None) -> bool:
+    """Whether the caller is inside `transaction.atomic()` on a database other than the
+    alias (of the connections this thread opened)."""
+    name = alias(using)
+    return any(
+        connection.in_atomic_block
+        for connection in connections.all(initialized_only=True)
+        if connection.alias != name
+    )
+
+
 def commit_mode(using: str | None) -> dict[str, Any]:
     """The commit mode of a claim or completion statement (its `synchronous_commit`).
 

@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import itertools
 import logging
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from django_pgjobs import exceptions, options, registry, signals
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import sql
-from django_pgjobs.db.connection import atomic, fetchall, wake_params, write_documents
+from django_pgjobs.db.connection import (
+    atomic,
+    fetchall,
+    in_transaction,
+    in_transaction_elsewhere,
+    wake_params,
+    write_documents,
+)
 from django_pgjobs.dependencies import resolve_after
 from django_pgjobs.exceptions import InvalidJobOption
 from django_pgjobs.managers.workflows import enqueue_dependent
@@ -49,6 +57,7 @@ def enqueue_one(
     known_kind(resolved.kind)
     fit_payload(resolved.kind, payload)
     resolved = with_limits(resolved, payload)
+    using = using or routed(resolved.queue)
     if edges:
         (result,) = enqueue_dependent([resolved], [edges], using)
         announce([resolved], [result])
@@ -72,6 +81,8 @@ def enqueue_many(
     on_conflict = options.validate_conflict_mode(on_conflict)
     if not isinstance(jobs, (list, tuple)):
         jobs = list(jobs)
+    if using is None and pgjobs_settings.QUEUE_DATABASES:
+        return _enqueue_many_routed(jobs, on_conflict)
     if any(isinstance(job, Mapping) and job.get("after") is not None for job in jobs):
         return enqueue_many_dependent(jobs, using)
     batch = EnqueueBatch(on_conflict)
@@ -91,6 +102,71 @@ def enqueue_many(
     results = batch.results(chunks)
     announce(batch.jobs, results)
     return results
+
+
+def routed(queue: str) -> str | None:
+    """The database of `queue`'s jobs when PGJOBS["QUEUE_DATABASES"] names one (None: no
+    routes), warned about when the caller's transaction is elsewhere (`warn_outside`)."""
+    if not pgjobs_settings.QUEUE_DATABASES:
+        return None
+    alias = pgjobs_settings.database_of(queue)
+    warn_outside(alias, queue)
+    return alias
+
+
+def warn_outside(alias: str, queue: str) -> None:
+    """An OutsideTransactionWarning when the caller is inside a transaction of another
+    database than `alias` and not of `alias`: the job will not share its fate."""
+    if in_transaction(alias) or not in_transaction_elsewhere(alias):
+        return
+    warnings.warn(
+        f"The job of queue {queue!r} was written to database {alias!r} "
+        "(PGJOBS['QUEUE_DATABASES']), outside the transaction you are in: it stays if "
+        f"that transaction rolls back. Use transaction.atomic(using={alias!r}) around the "
+        "enqueue to tie it to the writes there.",
+        exceptions.OutsideTransactionWarning,
+        stacklevel=5,
+    )
+
+
+def _enqueue_many_routed(
+    jobs: Sequence[Mapping[str, Any]], on_conflict: str
+) -> list[EnqueueResult]:
+    """enqueue_many when queues live in databases of their own: one enqueue_many per
+    database, in the order they first appear, the results in the jobs' order. Each
+    database's jobs are written in its own transaction: all of them, or none."""
+    by_database: dict[str, list[int]] = {}
+    first_queue: dict[str, str] = {}
+    for index, job in enumerate(jobs):
+        queue = _queue_of(job)
+        alias = pgjobs_settings.database_of(queue) if queue else pgjobs_settings.DATABASE
+        by_database.setdefault(alias, []).append(index)
+        first_queue.setdefault(alias, queue or pgjobs_settings.DEFAULT_QUEUE)
+    for alias, queue in first_queue.items():
+        warn_outside(alias, queue)
+    if len(by_database) <= 1:
+        return enqueue_many(jobs, on_conflict, next(iter(by_database), None))
+    results: list[EnqueueResult | None] = [None] * len(jobs)
+    for alias, indexes in by_database.items():
+        written = enqueue_many([jobs[i] for i in indexes], on_conflict, alias)
+        for index, result in zip(indexes, written, strict=True):
+            results[index] = result
+    return [result for result in results if result is not None]
+
+
+def _queue_of(job: Any) -> str | None:
+    """The queue a job of enqueue_many goes to, as its resolution will find it: its own,
+    else its kind's decorator's, else the default (None: not a mapping; it is refused
+    when resolved)."""
+    if not isinstance(job, Mapping):
+        return None
+    queue = job.get("queue")
+    if isinstance(queue, str):
+        return queue
+    kind = job.get("kind")
+    defaults = registry.decorator_defaults(kind) if isinstance(kind, str) else {}
+    default = defaults.get("queue")
+    return default if isinstance(default, str) else pgjobs_settings.DEFAULT_QUEUE
 
 
 def enqueue_many_dependent(

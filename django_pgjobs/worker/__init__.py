@@ -7,7 +7,20 @@ batches), `leases` (heartbeats, hand-back), `faults` (what is an outage), `wakeu
 
 from __future__ import annotations
 
-from django_pgjobs.worker.loop import Worker, WorkerOptions, default_queues, default_worker_id
+from django_pgjobs.worker.loop import (
+    Worker,
+    WorkerOptions,
+    default_queues,
+    default_worker_id,
+    queues_of_database,
+)
 from django_pgjobs.worker.stats import WorkerStats
 
-__all__ = ["Worker", "WorkerOptions", "WorkerStats", "default_queues", "default_worker_id"]
+__all__ = [
+    "Worker",
+    "WorkerOptions",
+    "WorkerStats",
+    "default_queues",
+    "default_worker_id",
+    "queues_of_database",
+]

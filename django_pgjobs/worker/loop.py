@@ -65,6 +65,16 @@ def default_queues() -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def queues_of_database(alias: str) -> list[str]:
+    """The queues whose jobs live in database `alias`: the default queues
+    (default_queues) that PGJOBS["QUEUE_DATABASES"] leaves there, or sends there, and the
+    queues it sends there."""
+    routes = pgjobs_settings.QUEUE_DATABASES
+    names = [queue for queue in default_queues() if pgjobs_settings.database_of(queue) == alias]
+    names += [queue for queue, routed in routes.items() if routed == alias]
+    return list(dict.fromkeys(names))
+
+
 def tasks_queues() -> list[str]:
     """The queue names the TASKS backends of django_pgjobs allow (`QUEUES`; Django's
     default is ["default"], and [] allows any: then the tasks' own names count)."""
@@ -176,8 +186,9 @@ class Worker:
         prefetch = pgjobs_settings.PREFETCH if prefetch is None else prefetch
         if prefetch < 0:
             raise ValueError("prefetch must not be negative.")
+        using = using or pgjobs_settings.DATABASE
         self.options = WorkerOptions(
-            queues=options.validate_queue_names(queues or default_queues()),
+            queues=options.validate_queue_names(queues or queues_of_database(using)),
             concurrency=concurrency,
             async_concurrency=async_concurrency,
             prefetch=prefetch,
@@ -187,12 +198,16 @@ class Worker:
             poll_interval=_seconds(poll_interval, pgjobs_settings.POLL_INTERVAL),
             shutdown_grace=_seconds(shutdown_grace, pgjobs_settings.SHUTDOWN_GRACE),
             sweep_interval=_seconds(sweep_interval, pgjobs_settings.SWEEP_INTERVAL),
-            schedules=(pgjobs_settings.SCHEDULER and not burst) if schedules is None else schedules,
+            # Schedules live in the jobs database (PGJOBS["DATABASE"]) only.
+            schedules=(
+                pgjobs_settings.SCHEDULER and not burst and using == pgjobs_settings.DATABASE
+            )
+            if schedules is None
+            else schedules,
             listen=pgjobs_settings.NOTIFY if listen is None else listen,
             status_interval=status_interval,
-            using=using or pgjobs_settings.DATABASE,
+            using=using,
         )
-        using = self.options.using
         self.stats = WorkerStats()
         self.jobs = Job.objects
         self.pacing = Pacing(

@@ -86,5 +86,5 @@ def test_runjobs_start_check_outlives_a_connection_cut_under_it() -> None:
     pid = connection.connection.info.backend_pid
     with other_connection() as other:
         other.execute("SELECT pg_terminate_backend(%s)", [pid])
-    Command()._check_database(["default"])
+    Command()._check_database(["default"], "default")
     assert connection.connection.info.backend_pid != pid

@@ -185,3 +185,39 @@ def test_database_settings_of_any_url_is_settings_or_a_value_error(netloc: str, 
         return
     assert set(parsed) == {"ENGINE", "NAME", "USER", "PASSWORD", "HOST", "PORT", "OPTIONS"}
     assert all(part.isdecimal() for part in parsed["PORT"].split(",") if part)
+
+
+class TestQueueDatabases:
+    """PGJOBS["QUEUE_DATABASES"] validated, and checked against DATABASES and schedules."""
+
+    @pytest.mark.parametrize("bad", [["ingestion"], {"ingestion": ""}, {"": "jobs"}, {1: "x"}])
+    def test_a_bad_mapping_is_refused(self, bad: object) -> None:
+        from django.core.exceptions import ImproperlyConfigured
+
+        from django_pgjobs.conf import pgjobs_settings
+
+        with (
+            override_settings(PGJOBS={"QUEUE_DATABASES": bad}),
+            pytest.raises(ImproperlyConfigured, match="QUEUE_DATABASES"),
+        ):
+            pgjobs_settings.validate()
+
+    def test_an_unknown_database_and_a_moved_schedule_are_errors(self) -> None:
+        from django.core import checks
+
+        routes = {"ingestion": "nowhere", "default": "default"}
+        schedules = {"nightly": {"kind": "demo.t", "cron": "0 3 * * *", "queue": "ingestion"}}
+        with override_settings(PGJOBS={"QUEUE_DATABASES": routes, "SCHEDULES": schedules}):
+            found = [(m.id, m.msg) for m in checks.run_checks() if m.id.startswith("pgjobs.")]
+        errors = [msg for found_id, msg in found if found_id == "pgjobs.E004"]
+        assert any("'nowhere', which is not a key of DATABASES" in msg for msg in errors)
+        assert any("Schedule 'nightly' enqueues to queue 'ingestion'" in msg for msg in errors)
+        assert "ingestion -> nowhere" in dict(found)["pgjobs.I002"]
+
+    def test_routes_send_queues_and_leave_the_rest(self) -> None:
+        from django_pgjobs.conf import pgjobs_settings
+
+        with override_settings(PGJOBS={"QUEUE_DATABASES": {"purge": "other"}}):
+            assert pgjobs_settings.database_of("purge") == "other"
+            assert pgjobs_settings.database_of("emails") == "default"
+            assert pgjobs_settings.databases() == ["default", "other"]

@@ -101,9 +101,18 @@ class Command(BaseCommand):
             ) from None
 
     def _status(self) -> None:
-        statuses = QueueControl.objects.status()
+        databases = pgjobs_settings.databases()
+        for database in databases:
+            if len(databases) > 1:  # PGJOBS["QUEUE_DATABASES"]: each database's own
+                self.stdout.write(self.style.MIGRATE_HEADING(f"Database {database}"))
+            self._status_of(database)
+            if database != databases[-1]:
+                self.stdout.write("")
+
+    def _status_of(self, database: str) -> None:
+        statuses = QueueControl.objects.status(using=database)
         self._queues(statuses)
-        workers = Worker.objects.status()
+        workers = Worker.objects.status(using=database)
         self.stdout.write("")
         self._workers(workers)
         unserved = unserved_queues(statuses, workers)
@@ -202,27 +211,39 @@ class Command(BaseCommand):
             self.stdout.write("The others were not pending or running (done, dead or no such id).")
 
     def _pause(self, queues: list[str]) -> None:
-        paused = QueueControl.objects.pause(queues)
+        paused = [
+            name
+            for database, names in _by_database(queues).items()
+            for name in QueueControl.objects.pause(names, using=database)
+        ]
         self.stdout.write(
             f"Paused {', '.join(paused)}: no worker claims their jobs until resumed "
             "(enqueues still land)."
         )
 
     def _resume(self, queues: list[str]) -> None:
-        resumed = QueueControl.objects.resume(queues)
+        resumed = [
+            name
+            for database, names in _by_database(queues).items()
+            for name in QueueControl.objects.resume(names, using=database)
+        ]
         if resumed:
             self.stdout.write(f"Resumed {', '.join(resumed)}; workers woken.")
         else:
             self.stdout.write(f"Not paused: {', '.join(queues)}. Nothing to do.")
 
     def _set_limit(self, queue: str, max_running: int | None) -> None:
-        changed = QueueControl.objects.set_limit(queue, max_running)
+        changed = QueueControl.objects.set_limit(
+            queue, max_running, using=pgjobs_settings.database_of(queue)
+        )
         what = "no limit" if max_running is None else f"at most {max_running} running"
         self.stdout.write(f"{queue}: {what}" + ("." if changed else " (already so)."))
 
     def _set_rate(self, queue: str, text: str) -> None:
         rate = None if text.lower() in ("none", "off") else text
-        changed = QueueControl.objects.set_rate(queue, rate)
+        changed = QueueControl.objects.set_rate(
+            queue, rate, using=pgjobs_settings.database_of(queue)
+        )
         what = "no rate" if rate is None else f"at most {rate} claims"
         self.stdout.write(f"{queue}: {what}" + ("." if changed else " (already so)."))
 
@@ -264,3 +285,11 @@ class Command(BaseCommand):
 
 def _when(moment: datetime | None) -> str:
     return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S %Z}"
+
+
+def _by_database(queues: Sequence[str]) -> dict[str, list[str]]:
+    """`queues` by the database their jobs live in (PGJOBS["QUEUE_DATABASES"])."""
+    grouped: dict[str, list[str]] = {}
+    for queue in queues:
+        grouped.setdefault(pgjobs_settings.database_of(queue), []).append(queue)
+    return grouped

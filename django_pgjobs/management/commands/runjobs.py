@@ -15,7 +15,7 @@ from django.db import DatabaseError, OperationalError, ProgrammingError, connect
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.exceptions import InvalidJobOption
 from django_pgjobs.models import Job, QueueControl
-from django_pgjobs.worker import Worker, WorkerStats, default_queues
+from django_pgjobs.worker import Worker, WorkerStats, default_queues, queues_of_database
 
 #: Tries of the database check at start, and the pause between two.
 START_CHECKS = 3
@@ -141,6 +141,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("--worker-id", help="Stamped on claims (default host:pid:random).")
         parser.add_argument(
+            "--database",
+            help="The database alias whose jobs to run (default PGJOBS['DATABASE']); with "
+            "PGJOBS['QUEUE_DATABASES'], one worker per database, each serving its queues.",
+        )
+        parser.add_argument(
             "--poll-interval",
             type=positive_seconds,
             help="Seconds between polls without a notification (PGJOBS['POLL_INTERVAL']).",
@@ -190,8 +195,14 @@ class Command(BaseCommand):
         _configure_logging(options["verbosity"])
         for module in options["imports"]:
             _import(module)
-        queues = options["queues"] or default_queues()
-        self._check_database(queues)
+        database = self._database(options["database"], options["queues"])
+        queues = options["queues"] or queues_of_database(database)
+        if not queues:
+            raise CommandError(
+                f"No queue lives in database {database!r}: PGJOBS['QUEUE_DATABASES'] sends "
+                "none there. Name them with --queue, or map them in QUEUE_DATABASES."
+            )
+        self._check_database(queues, database)
         if options["queues"]:
             _warn_of_unnamed(queues)
         if options["metrics_port"]:
@@ -212,6 +223,7 @@ class Command(BaseCommand):
                 sweep_interval=options["sweep_interval"],
                 schedules=False if options["no_schedules"] else None,
                 on_status=status,
+                using=database,
             )
         except (InvalidJobOption, ValueError) as error:
             raise CommandError(str(error)) from None
@@ -223,7 +235,27 @@ class Command(BaseCommand):
         if code:
             sys.exit(code)
 
-    def _check_database(self, queues: list[str]) -> None:
+    def _database(self, given: str | None, queues: list[str] | None) -> str:
+        """The database alias to serve: `given`, else the jobs database; refused when it
+        holds no jobs, or when a --queue lives in another one."""
+        databases = pgjobs_settings.databases()
+        database = given or pgjobs_settings.DATABASE
+        if database not in databases:
+            raise CommandError(
+                f"--database {database}: no jobs live there; the jobs databases are "
+                f"{', '.join(databases)} (PGJOBS['DATABASE'] and PGJOBS['QUEUE_DATABASES'])."
+            )
+        for queue in queues or []:
+            home = pgjobs_settings.database_of(queue)
+            if home != database:
+                raise CommandError(
+                    f"--queue {queue}: its jobs live in database {home!r} "
+                    f"(PGJOBS['QUEUE_DATABASES']); run: manage.py runjobs --database {home} "
+                    f"--queue {queue}"
+                )
+        return database
+
+    def _check_database(self, queues: list[str], database: str) -> None:
         """Fail fast on what the worker cannot recover from: no database, no tables.
 
         A connection cut while the check runs (a restart, pg_terminate_backend) is tried
@@ -231,7 +263,7 @@ class Command(BaseCommand):
         """
         for attempt in range(1, START_CHECKS + 1):
             try:
-                Job.objects.next_due_in(queues)
+                Job.objects.next_due_in(queues, using=database)
                 return
             except InvalidJobOption as error:
                 raise CommandError(str(error)) from None
@@ -241,10 +273,10 @@ class Command(BaseCommand):
                     "Run: python manage.py migrate django_pgjobs"
                 ) from None
             except (OperationalError, DatabaseError) as error:
-                connections[pgjobs_settings.DATABASE].close()
+                connections[database].close()
                 if attempt == START_CHECKS:
                     raise CommandError(
-                        f"Cannot reach the jobs database '{pgjobs_settings.DATABASE}': "
+                        f"Cannot reach the jobs database '{database}': "
                         f"{str(error).strip().splitlines()[0]}. Check DATABASES and that "
                         "PostgreSQL runs."
                     ) from None

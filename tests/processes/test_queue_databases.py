@@ -1,0 +1,104 @@
+"""Queues in databases of their own (PGJOBS["QUEUE_DATABASES"]): enqueues go to their
+queue's database (enqueue_many split by database, in the jobs' order), a routed enqueue
+inside another database's transaction says it is outside it, `runjobs --database` serves
+one database's queues, `jobsctl status` shows every database. Three real databases, in
+subprocesses with settings of their own (tests/settings_queue_databases.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+import psycopg
+import pytest
+
+from tests.example import scratch_database
+from tests.spawn import ROOT, manage_py, suite_env
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+ENQUEUE = """
+import warnings
+from django.db import transaction
+from django_pgjobs.models import Job
+from tests import jobs
+
+jobs.record.using(queue="ingestion").enqueue(label="a")
+Job.objects.enqueue("tests.record", {"label": "b"}, queue="purge")
+jobs.record.enqueue(label="default")
+many = Job.objects.enqueue_many(
+    [{"kind": "tests.record", "payload": {"label": f"m{n}"}, "queue": queue}
+     for n, queue in enumerate(["ingestion", "purge", "default", "ingestion"])]
+)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with transaction.atomic():  # the default database's transaction
+        jobs.record.using(queue="ingestion").enqueue(label="outside")
+    with transaction.atomic(using="jobs_a"):  # its own: no warning
+        jobs.record.using(queue="ingestion").enqueue(label="inside")
+print("warned", [w.category.__name__ for w in caught])
+with transaction.atomic(using="jobs_a"):
+    jobs.record.using(queue="ingestion").enqueue(label="rolled back")
+    transaction.set_rollback(True, using="jobs_a")
+print("order", [Job.objects.using(alias).filter(id=r.id).exists()
+                for r, alias in zip(many, ["jobs_a", "jobs_b", "default", "jobs_a"])])
+for alias in ("default", "jobs_a", "jobs_b"):
+    print(alias, sorted(Job.objects.using(alias).values_list("queue", flat=True)))
+"""
+
+
+@contextmanager
+def three_databases() -> Iterator[dict[str, str]]:
+    with ExitStack() as stack:
+        urls = [stack.enter_context(scratch_database()) for _ in range(3)]
+        yield suite_env(
+            "tests.settings_queue_databases",
+            DATABASE_URL=urls[0],
+            JOBS_A_URL=urls[1],
+            JOBS_B_URL=urls[2],
+        )
+
+
+def test_queues_live_and_run_in_their_own_databases() -> None:
+    with three_databases() as env:
+        for alias in ("default", "jobs_a", "jobs_b"):
+            manage_py(env, "migrate", "--run-syncdb", "--database", alias, "-v0")
+        output = manage_py(env, "shell", "-c", ENQUEUE)
+        assert "warned ['OutsideTransactionWarning']" in output
+        assert "order [True, True, True, True]" in output
+        assert "default ['default', 'default']" in output
+        assert "jobs_a ['ingestion', 'ingestion', 'ingestion', 'ingestion', 'ingestion']" in (
+            output
+        )
+        assert "jobs_b ['purge', 'purge']" in output
+        status = manage_py(env, "jobsctl", "status")
+        assert "Database default" in status and "Database jobs_b" in status
+        refused = subprocess.run(
+            [sys.executable, "manage.py", "runjobs", "--burst", "--queue", "ingestion"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert refused.returncode != 0 and "--database jobs_a" in refused.stderr
+        for alias in ("default", "jobs_a", "jobs_b"):
+            manage_py(env, "runjobs", "--database", alias, "--burst", "--no-status")
+        with psycopg.connect(env["DATABASE_URL"]) as conn:
+            notes = sorted(text for (text,) in conn.execute("SELECT text FROM tests_note"))
+        assert notes == sorted(["a", "b", "default", "m0", "m1", "m2", "m3", "outside", "inside"])
+        for url in (env["DATABASE_URL"], env["JOBS_A_URL"], env["JOBS_B_URL"]):
+            with psycopg.connect(url) as conn:
+                assert conn.execute("SELECT count(*) FROM pgjobs_job").fetchone() == (0,)
+        checked = subprocess.run(
+            [sys.executable, "manage.py", "check"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert checked.returncode == 0 and "pgjobs.I002" in checked.stderr
+        assert "ingestion -> jobs_a" in checked.stderr
