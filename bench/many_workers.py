@@ -59,19 +59,16 @@ TRANSACTIONS = (
 )
 
 
-@contextmanager
-def compiled_code() -> Iterator[dict[str, str]]:
-    """The environment of workers that load the project's code compiled once, into a
-    cache of its own: where PYTHONDONTWRITEBYTECODE is set, each of a hundred workers
-    would compile it again at start."""
-    with tempfile.TemporaryDirectory(prefix="pgjobs-pycache-") as prefix:
-        subprocess.run(
-            [sys.executable, "-X", f"pycache_prefix={prefix}", "-m", "compileall", "-q"]
-            + [str(ROOT / name) for name in ("django_pgjobs", "bench", "tests")],
-            check=True,
-            capture_output=True,
-        )
-        yield {"PYTHONPYCACHEPREFIX": prefix}
+def compile_code() -> None:
+    """Compile the project's code once, in place (__pycache__, as Python writes it by
+    default): where PYTHONDONTWRITEBYTECODE is set, each of a hundred workers would
+    compile it again at start."""
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q"]
+        + [str(ROOT / name) for name in ("django_pgjobs", "bench", "tests")],
+        check=True,
+        capture_output=True,
+    )
 
 
 class Fleet:
@@ -254,13 +251,11 @@ def many_workers(database: Database, sizes: Sizes) -> list[Figure]:
     default_poll = pgjobs_settings.POLL_INTERVAL
     idle: dict[float, dict[str, float]] = {}
     database.reset_jobs()
-    with (
-        compiled_code() as compiled,
-        pgbouncer(
-            pool_size=POOL_SIZE, max_client_conn=processes * CLIENT_CONNECTIONS_PER_WORKER
-        ) as pooled,
-    ):
-        env = {"DATABASE_URL": pooled, "PGJOBS_BENCH_PREPARE": "0", **compiled}
+    compile_code()
+    with pgbouncer(
+        pool_size=POOL_SIZE, max_client_conn=processes * CLIENT_CONNECTIONS_PER_WORKER
+    ) as pooled:
+        env = {"DATABASE_URL": pooled, "PGJOBS_BENCH_PREPARE": "0"}
         with fleet(database, processes, ("--concurrency", "1"), env) as pooled_fleet:
             start_s = pooled_fleet.wait_registered()
             time.sleep(max(5.0, 2 * default_poll))  # the start's own statements are done
