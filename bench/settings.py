@@ -53,9 +53,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # benchmark's heartbeat-only case).
 # PGJOBS_BENCH_HEARTBEAT sets the worker registry's heartbeat (the console benchmark's
 # drain with the registry beating 50 times as often as by default, against almost never).
+# PGJOBS_BENCH_PREPARE=0: workers behind PgBouncer in transaction mode (many_workers).
 PGJOBS = {
     "NOTIFY": os.environ.get("PGJOBS_BENCH_NOTIFY", "1") == "1",
     "WORKER_HEARTBEAT": float(os.environ.get("PGJOBS_BENCH_HEARTBEAT", "5")),
+    "PREPARE": os.environ.get("PGJOBS_BENCH_PREPARE", "1") == "1",
 }
 LOGGING = {
     "version": 1,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench import console, long, plans, wake, workflows
+from bench import console, long, many_workers, plans, wake, workflows
 from bench.harness import WORKER_APP_NAME, Database, Figure, WorkerProcess, wait_for
 
 
@@ -51,6 +51,9 @@ class Sizes:
     workflow_chain: int = 1000
     workflow_fan_out: int = 10_000
     workflow_ack_samples: int = 500
+    many_workers: int = 100
+    many_workers_jobs: int = 100_000
+    many_workers_idle_s: float = 30.0
 
 
 SMOKE = Sizes(
@@ -78,6 +81,9 @@ SMOKE = Sizes(
     workflow_chain=100,
     workflow_fan_out=500,
     workflow_ack_samples=100,
+    many_workers=5,
+    many_workers_jobs=1000,
+    many_workers_idle_s=2.0,
 )
 
 INSERT_NOOPS = """
@@ -827,4 +833,5 @@ BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
     "workflows": workflows.workflows,
     "console": console.pages,
     "registry": console.registry_drain,
+    "many_workers": many_workers.many_workers,
 }

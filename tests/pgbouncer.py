@@ -27,9 +27,10 @@ def available() -> bool:
 
 
 @contextmanager
-def pgbouncer(pool_size: int = 20) -> Iterator[str]:
+def pgbouncer(pool_size: int = 20, max_client_conn: int = 500) -> Iterator[str]:
     """Start PgBouncer (pool_mode = transaction) on a free port; yield the URL of the test
-    database through it."""
+    database through it (a worker process holds several client connections: its loop's,
+    its handler threads', its services')."""
     server = conninfo()
     port = free_port()
     target = " ".join(
@@ -48,7 +49,7 @@ unix_socket_dir =
 auth_type = any
 pool_mode = transaction
 default_pool_size = {pool_size}
-max_client_conn = 500
+max_client_conn = {max_client_conn}
 ignore_startup_parameters = extra_float_digits,options
 """
         )
