@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 #: Drains of each kind, alternated, for the with/without ratio: the best of each is
 #: compared (on a shared machine the noise between rounds exceeds the difference).
 DRAIN_ROUNDS = 5
+#: Fan-outs and plain drains of as many jobs, alternated.
+FAN_ROUNDS = 3
 
 
 def _burst(
@@ -98,16 +100,30 @@ def _chain(database: Database, links: int) -> float:
     return (last - first) * 1000 / links
 
 
+def _fresh_drain(database: Database, n: int) -> float:
+    """Jobs per second of a plain drain filled as a fan-out's children are: through
+    enqueue_many, straight after, statistics forgotten (what a queue has after a burst)."""
+    from bench.suite import fill_as_users_do
+
+    database.reset_jobs()
+    fill_as_users_do(database, n, vacuum=False)
+    first, last = _burst(database)
+    return n / (last - first)
+
+
 def _fan_in(database: Database, children: int) -> tuple[float, float]:
     """(children per second, ms from the last child's ack to the fan-in job's start).
 
-    Two runs: the rate with the children deleted at ack, as independent jobs are; the
-    latency with their results retained, for the time of each ack (`finished_at`).
+    Two runs: the rate with the children deleted at ack, as independent jobs are, filled
+    as _fresh_drain fills (enqueue_many, no VACUUM, statistics forgotten); the latency
+    with their results retained, for the time of each ack (`finished_at`).
     """
     from bench.models import Stamp
     from django_pgjobs.models import Job
 
     database.reset_jobs()
+    database.forget_statistics()
+    database.forget_statistics("pgjobs_dependency")
     fanned = Job.objects.enqueue_many([{"kind": "bench.noop"}] * children)
     Job.objects.enqueue("bench.noop", after=fanned)
     first, last = _burst(database)
@@ -141,7 +157,12 @@ def workflows(database: Database, sizes: Sizes) -> list[Figure]:
     links = sizes.workflow_chain
     per_link = _chain(database, links)
     children = sizes.workflow_fan_out
-    child_rate, fan_in_ms = _fan_in(database, children)
+    fresh_rates, child_rates = [], []
+    for _ in range(FAN_ROUNDS):  # alternated, best of each, as the drains above
+        fresh_rates.append(_fresh_drain(database, children))
+        rate, fan_in_ms = _fan_in(database, children)
+        child_rates.append(rate)
+    child_rate, fresh_rate = max(child_rates), max(fresh_rates)
     ratio = with_rate / without_rate
     details = {
         "jobs": n,
@@ -192,10 +213,19 @@ def workflows(database: Database, sizes: Sizes) -> list[Figure]:
             f"fan-out of {children}: children drained",
             child_rate,
             "jobs/s",
-            ceiling=with_rate,
+            ceiling=fresh_rate,
             target=">= 80 % of the independent drain",
-            met=child_rate >= 0.8 * with_rate,
-            details={"children": children},
+            met=child_rate >= 0.8 * fresh_rate,
+            details={
+                "children": children,
+                "rounds": FAN_ROUNDS,
+                "compared": "best of each",
+                "ceiling": "the same number of plain jobs, filled the same way: "
+                "enqueue_many, no VACUUM, statistics forgotten",
+                "fan-outs (jobs/s)": [round(rate) for rate in child_rates],
+                "plain drains (jobs/s)": [round(rate) for rate in fresh_rates],
+                "of the vacuumed independent drain": round(child_rate / with_rate, 3),
+            },
         ),
         Figure(
             "workflows",
