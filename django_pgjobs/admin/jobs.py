@@ -41,28 +41,40 @@ from django_pgjobs.admin.common import (
     refuse_action,
     refuse_bad_params,
 )
-from django_pgjobs.admin.glance import glance, throughput_chart
+from django_pgjobs.admin.glance import glance, queue_statuses, throughput_chart
+from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.models import DeadJob, Job
+from django_pgjobs.records import QueueStatus
 from django_pgjobs.states import JobState
 
 
 class QueueFilter(admin.SimpleListFilter):
-    """Queues present in the table, found by index skip scans rather than DISTINCT."""
+    """Queues with pending or running jobs, and the configured ones: taken from the
+    statuses the glance above the list has read, not from a scan of their own."""
 
     title = "queue"
     parameter_name = "queue"
-    dead = False
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        queues = Job.objects.queue_names(dead=self.dead)
-        return [(queue, queue) for queue in queues]
+        return [(queue, queue) for queue in self.queues(queue_statuses(request))]
+
+    def queues(self, statuses: list[QueueStatus]) -> list[str]:
+        live = {
+            status.queue
+            for status in statuses
+            if status.runnable.value or status.scheduled.value or status.running.value
+        }
+        return sorted(live | set(pgjobs_settings.QUEUES))
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset.filter(queue=self.value()) if self.value() else queryset
 
 
 class DeadQueueFilter(QueueFilter):
-    dead = True
+    """Queues with dead letters, from the glance's statuses as for the jobs."""
+
+    def queues(self, statuses: list[QueueStatus]) -> list[str]:
+        return [status.queue for status in statuses if status.dead.value]
 
 
 class KindFilter(admin.SimpleListFilter):
@@ -203,7 +215,7 @@ class ReadOnlyJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if refused is not None:
             return refused
         context = {
-            "glance": glance(),
+            "glance": glance(request),
             "chart": throughput_chart(height=100),
             "title": self.model._meta.verbose_name_plural.capitalize(),
         }
