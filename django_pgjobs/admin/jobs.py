@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.views.main import ChangeList
 from django.db.models import (
     DurationField,
     ExpressionWrapper,
@@ -28,6 +30,7 @@ from django_pgjobs import labels, registry
 from django_pgjobs.admin.common import (
     JOB_ID_MAX,
     CappedCountPaginator,
+    JobChangeList,
     all_matching,
     confirmation,
     error_history,
@@ -163,13 +166,26 @@ class ReadOnlyJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     # The box shows when search_fields is set; get_search_results does the matching.
     search_fields = ("kind",)
     search_help_text = "A job id (exact), or the start of a kind or a key."
-    change_list_template = "admin/django_pgjobs/glance_change_list.html"
+    change_list_template = "admin/django_pgjobs/job_change_list.html"
     change_form_template = "admin/django_pgjobs/job_change_form.html"
     #: The object page's buttons: (name, label, what it does) in the order shown.
     buttons: tuple[tuple[str, str, str], ...] = ()
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
+
+    def action_checkbox(self, obj: Any) -> SafeString:
+        """The row's checkbox, as Django's widget writes it, without a widget per row."""
+        return format_html(
+            '<input type="checkbox" name="{}" value="{}" class="action-select" '
+            'aria-label="Select this object for an action - {}">',
+            helpers.ACTION_CHECKBOX_NAME,
+            obj.pk,
+            obj,
+        )
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # A job's page is for reading; "change" is what the actions and buttons need.
