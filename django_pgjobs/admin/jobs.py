@@ -25,6 +25,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext
 
 from django_pgjobs import labels, registry
 from django_pgjobs.admin.common import (
@@ -179,12 +180,12 @@ class ReadOnlyJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def action_checkbox(self, obj: Any) -> SafeString:
         """The row's checkbox, as Django's widget writes it, without a widget per row."""
+        label = format_html(gettext("Select this object for an action - {}"), str(obj))
         return format_html(
-            '<input type="checkbox" name="{}" value="{}" class="action-select" '
-            'aria-label="Select this object for an action - {}">',
+            '<input type="checkbox" name="{}" value="{}" class="action-select" aria-label="{}">',
             helpers.ACTION_CHECKBOX_NAME,
             obj.pk,
-            obj,
+            label,
         )
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:

@@ -75,9 +75,10 @@ class Column:
     def cell(self, obj: Any) -> tuple[Any, str]:
         """What the cell of `obj` shows, and its classes."""
         if self.field is not None:
-            value = getattr(obj, self.attname)
+            value = _blank_as_empty(getattr(obj, self.attname))
             return display_for_field(value, self.field, self.empty, self.link), self.classes
         value = self.method(obj) if self.method is not None else getattr(obj, self.attname)
+        value = _blank_as_empty(value)
         shown = display_for_value(value, self.empty, self.boolean)
         if isinstance(value, datetime.date | datetime.time):
             return shown, f"{self.classes} nowrap"
@@ -151,6 +152,14 @@ def _change_url(cl: ChangeList) -> tuple[str, str]:
     )
     before, _, after = str(escape(url)).partition(_PK)
     return before, after
+
+
+def _blank_as_empty(value: Any) -> Any:
+    """Blank text as no text, which shows as the empty value (Django 5.2 does this in its
+    rows, 6.1 where it displays a value; either way the cell reads the same)."""
+    if isinstance(value, str) and not value.strip():
+        return ""
+    return value
 
 
 def _class_name(name: Any, index: int) -> str:

@@ -10,12 +10,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.contrib import admin
 from django.contrib.admin.templatetags import admin_list
 from django.db import connection
 from django.template.loader import get_template
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import translation
 
 from django_pgjobs.admin import rows
 from django_pgjobs.admin.jobs import JobAdmin
@@ -97,7 +99,7 @@ def jobs() -> None:
     characters to escape) and dead letters of several reasons, with big payloads."""
     big = {"blob": "x" * 10_000}
     Job.objects.enqueue("demo.mail", big, queue="mail", key='a<b&"c">')
-    Job.objects.enqueue("demo.mail", big, queue="mail", delay=3600)
+    Job.objects.enqueue("demo.mail", big, queue="mail", delay=3600, key="   ")  # reads "-"
     Job.objects.enqueue("demo.report", big, queue="reports")
     running = Job.objects.claim_one("reports", "host:1:abc")
     execute(
@@ -141,6 +143,20 @@ def test_the_lists_rows_are_the_markup_of_djangos_own_rows(
     assert ours == djangos_table(cl)
     assert ours in response.content.decode()
     assert "_changelist_filters=" in ours or not params  # the rows' links keep the filter
+
+
+@pytest.mark.parametrize("language", ["en", "fr"])
+@pytest.mark.parametrize("url", [JOBS, DEAD])
+def test_a_rows_checkbox_is_the_markup_of_djangos_checkbox_widget(
+    admin_client: Client, jobs: None, url: str, language: str
+) -> None:
+    response, _ = page(admin_client, url)
+    cl = response.context["cl"]
+    with translation.override(language):
+        for obj in cl.result_list:
+            ours = cl.model_admin.action_checkbox(obj)
+            assert ours == admin.ModelAdmin.action_checkbox(cl.model_admin, obj)
+    assert 'class="action-select"' in response.content.decode()
 
 
 def test_a_column_neither_field_nor_method_gets_djangos_rows(
