@@ -8,6 +8,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import (
@@ -23,6 +24,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from django_pgjobs.admin.rows import results_table
 from django_pgjobs.models import Job
 
 
@@ -125,6 +127,21 @@ class CappedCountPaginator(Paginator):  # type: ignore[type-arg]
     @cached_property
     def count(self) -> int:
         return Job.objects.capped_count(self.object_list)  # type: ignore[arg-type]
+
+
+class JobChangeList(ChangeList):
+    """A list of jobs as a page of 50 needs it: without the JSON columns a job may fill
+    with megabytes (payload, result, errors, rerun payload), its rows written in one
+    pass (`rows`)."""
+
+    #: The columns no list shows.
+    deferred = ("payload", "result", "errors", "rerun_payload")
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        return super().get_queryset(request, exclude_parameters).defer(*self.deferred)
+
+    def results_table(self) -> SafeString:
+        return results_table(self)
 
 
 def refuse_bad_params(request: HttpRequest) -> HttpResponse | None:

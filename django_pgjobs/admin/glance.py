@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
+from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import escape, format_html, format_html_join
@@ -15,10 +16,23 @@ from django_pgjobs import labels
 from django_pgjobs.models import JobStats, QueueControl
 from django_pgjobs.records import QueueStatus, ThroughputPoint
 
+#: Where a request keeps its queues' statuses once read.
+_STATUSES = "_pgjobs_queue_statuses"
 
-def glance() -> list[dict[str, Any]]:
+
+def queue_statuses(request: HttpRequest) -> list[QueueStatus]:
+    """Every queue's status, read once per request: the glance above a list and the
+    list's queue filter show the same read, and the filter scans no job table of its own."""
+    statuses: list[QueueStatus] | None = getattr(request, _STATUSES, None)
+    if statuses is None:
+        statuses = QueueControl.objects.status()
+        setattr(request, _STATUSES, statuses)
+    return statuses
+
+
+def glance(request: HttpRequest) -> list[dict[str, Any]]:
     """Every queue at a glance, as the change lists show it above themselves."""
-    return [glance_row(status) for status in QueueControl.objects.status()]
+    return [glance_row(status) for status in queue_statuses(request)]
 
 
 def queue_links(queue: str) -> dict[str, str]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.views.main import ChangeList
 from django.db.models import (
     DurationField,
     ExpressionWrapper,
@@ -23,11 +25,13 @@ from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext
 
 from django_pgjobs import labels, registry
 from django_pgjobs.admin.common import (
     JOB_ID_MAX,
     CappedCountPaginator,
+    JobChangeList,
     all_matching,
     confirmation,
     error_history,
@@ -41,29 +45,41 @@ from django_pgjobs.admin.common import (
     refuse_action,
     refuse_bad_params,
 )
-from django_pgjobs.admin.glance import glance, throughput_chart
+from django_pgjobs.admin.glance import glance, queue_statuses, throughput_chart
 from django_pgjobs.admin.workflow import has_workflow, workflow_html
+from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.models import DeadJob, Job
+from django_pgjobs.records import QueueStatus
 from django_pgjobs.states import JobState
 
 
 class QueueFilter(admin.SimpleListFilter):
-    """Queues present in the table, found by index skip scans rather than DISTINCT."""
+    """Queues with pending or running jobs, and the configured ones: taken from the
+    statuses the glance above the list has read, not from a scan of their own."""
 
     title = "queue"
     parameter_name = "queue"
-    dead = False
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        queues = Job.objects.queue_names(dead=self.dead)
-        return [(queue, queue) for queue in queues]
+        return [(queue, queue) for queue in self.queues(queue_statuses(request))]
+
+    def queues(self, statuses: list[QueueStatus]) -> list[str]:
+        live = {
+            status.queue
+            for status in statuses
+            if status.runnable.value or status.scheduled.value or status.running.value
+        }
+        return sorted(live | set(pgjobs_settings.QUEUES))
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset.filter(queue=self.value()) if self.value() else queryset
 
 
 class DeadQueueFilter(QueueFilter):
-    dead = True
+    """Queues with dead letters, from the glance's statuses as for the jobs."""
+
+    def queues(self, statuses: list[QueueStatus]) -> list[str]:
+        return [status.queue for status in statuses if status.dead.value]
 
 
 class KindFilter(admin.SimpleListFilter):
@@ -152,13 +168,26 @@ class ReadOnlyJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     # The box shows when search_fields is set; get_search_results does the matching.
     search_fields = ("kind",)
     search_help_text = "A job id (exact), or the start of a kind or a key."
-    change_list_template = "admin/django_pgjobs/glance_change_list.html"
+    change_list_template = "admin/django_pgjobs/job_change_list.html"
     change_form_template = "admin/django_pgjobs/job_change_form.html"
     #: The object page's buttons: (name, label, what it does) in the order shown.
     buttons: tuple[tuple[str, str, str], ...] = ()
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
+
+    def action_checkbox(self, obj: Any) -> SafeString:
+        """The row's checkbox, as Django's widget writes it, without a widget per row."""
+        label = format_html(gettext("Select this object for an action - {}"), str(obj))
+        return format_html(
+            '<input type="checkbox" name="{}" value="{}" class="action-select" aria-label="{}">',
+            helpers.ACTION_CHECKBOX_NAME,
+            obj.pk,
+            label,
+        )
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # A job's page is for reading; "change" is what the actions and buttons need.
@@ -217,7 +246,7 @@ class ReadOnlyJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if refused is not None:
             return refused
         context = {
-            "glance": glance(),
+            "glance": glance(request),
             "chart": throughput_chart(height=100),
             "title": self.model._meta.verbose_name_plural.capitalize(),
         }

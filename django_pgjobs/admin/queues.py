@@ -29,7 +29,7 @@ from django_pgjobs.admin.common import (
     refuse_action,
     refuse_bad_params,
 )
-from django_pgjobs.admin.glance import glance, throughput_chart
+from django_pgjobs.admin.glance import glance, queue_statuses, throughput_chart
 from django_pgjobs.exceptions import InvalidJobOption
 from django_pgjobs.models import Job, QueueControl, Schedule
 from django_pgjobs.scheduler import Scheduler
@@ -62,7 +62,7 @@ class QueueChangeList(ChangeList):
         term = self.query.strip()
         unlisted = [
             status
-            for status in QueueControl.objects.status()
+            for status in queue_statuses(request)
             if status.queue not in with_rows and term in status.queue
         ]
         virtual = []
@@ -130,7 +130,11 @@ class QueueControlAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return refused
         if request.method == "POST" and request.POST.get("action"):
             self._make_selected_rows(request)
-        context = {"glance": glance(), "chart": throughput_chart(height=100), "title": "Queues"}
+        context = {
+            "glance": glance(request),
+            "chart": throughput_chart(height=100),
+            "title": "Queues",
+        }
         return super().changelist_view(request, {**(extra_context or {}), **context})
 
     def _make_selected_rows(self, request: HttpRequest) -> None:
