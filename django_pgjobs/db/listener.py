@@ -66,6 +66,14 @@ class Listener:
                     return True
         return False
 
+    def forget(self) -> None:
+        """Stop listening (UNLISTEN *, best effort), then close: for a connection whose
+        probe failed, whose LISTEN may stay behind on a pooled server connection."""
+        if self._conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._conn.execute(sql.UNLISTEN_ALL)
+        self.close()
+
     def fileno(self) -> int:
         if self._conn is None:
             raise RuntimeError("The listener is not connected.")

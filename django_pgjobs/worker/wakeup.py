@@ -117,7 +117,7 @@ class Wakeup:
 
     def _listen_off(self) -> None:
         """Notifications do not reach the LISTEN connection: poll only, and say why."""
-        self.listener.close()
+        self.listener.forget()
         self.listening = False
         logger.warning(
             "LISTEN receives no notifications on this connection (is it a transaction-mode "

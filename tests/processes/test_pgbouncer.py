@@ -156,3 +156,25 @@ def test_limits_and_jobsctl_through_pgbouncer(pooled: str, workers: Workers) -> 
     assert "capped" in status and "yes" in status
     manage(pooled, "jobsctl", "resume", "capped")
     assert not QueueControl.objects.get(name="capped").paused
+
+
+def test_a_failed_listen_probe_leaves_no_listener_on_the_pooled_connection(
+    workers: Workers,
+) -> None:
+    """With one server connection in the pool, the worker's LISTEN lands on it and stays
+    there (transaction mode resets nothing) unless the worker takes it back: the next
+    client of that connection would be sent the queue's notifications."""
+    import psycopg
+
+    with pgbouncer(pool_size=1) as url:
+        worker = workers.start(
+            "--concurrency", "1", "--poll-interval", "0.5", extra_env=through(url)
+        )
+        wait_for(
+            lambda: "LISTEN receives no notifications" in worker.output(),
+            timeout=60,
+            what="the worker to find that LISTEN hears nothing through the pooler",
+        )
+        with psycopg.connect(url, autocommit=True, prepare_threshold=None) as client:
+            (channels,) = client.execute("SELECT array(SELECT pg_listening_channels())").fetchone()
+        assert channels == []

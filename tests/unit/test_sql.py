@@ -231,6 +231,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "LIMIT_LOCK_WAIT": {"timeout": "2000ms"},
     "RETIRE_SCHEDULES": {"names": ["s"]},
     "PROBE_LISTENER": {"channel": "pgjobs", "token": "pgjobs-probe:x"},
+    "UNLISTEN_ALL": {},
     "END_PARENTS_FUNCTION": {},
     "END_PARENTS_FUNCTION_0006": {},
     "EDGES_FILLFACTOR": {},
@@ -287,6 +288,7 @@ TABLELESS = {
     "PLAN_KEYED_CLAIM",
     "TERMINATE_BACKENDS",
     "PROBE_LISTENER",
+    "UNLISTEN_ALL",
     "DROP_END_PARENTS_FUNCTION",
     "END_BATCH_SEAL",
 }
