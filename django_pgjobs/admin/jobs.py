@@ -46,7 +46,7 @@ from django_pgjobs.admin.common import (
     refuse_bad_params,
 )
 from django_pgjobs.admin.glance import glance, queue_statuses, throughput_chart
-from django_pgjobs.admin.workflow import has_workflow, workflow_html
+from django_pgjobs.admin.workflow import WorkflowSection
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.models import DeadJob, Job
 from django_pgjobs.records import QueueStatus
@@ -157,7 +157,7 @@ class ReasonFilter(admin.SimpleListFilter):
         return queryset
 
 
-class ReadOnlyJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ReadOnlyJobAdmin(WorkflowSection, admin.ModelAdmin):  # type: ignore[type-arg]
     """What both tables share: read-only detail pages led by what went wrong, action
     buttons on them, capped counts, a search along the indexes."""
 
@@ -200,18 +200,6 @@ class ReadOnlyJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [field.name for field in self.model._meta.fields] + list(self.extra_readonly)
-
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
-        """The page's sections, with the job's workflow (S29-S31) after the first when
-        it has parents, children or a batch."""
-        fieldsets = list(super().get_fieldsets(request, obj))
-        if has_workflow(obj):
-            fieldsets.insert(1, ("Workflow", {"fields": ("workflow",)}))
-        return fieldsets
-
-    @admin.display(description="parents, children, batch")
-    def workflow(self, obj: Any) -> SafeString:
-        return workflow_html(obj)
 
     extra_readonly: tuple[str, ...] = (
         "workflow",

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import admin
+from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -15,6 +17,21 @@ from django_pgjobs.managers.workflows import EdgeOf, edges_of
 
 #: How an edge ended, as the page says it.
 ENDED = {None: "not yet", "done": "done", "failed": "dead or cancelled"}
+
+
+class WorkflowSection:
+    """A job admin's page gains a "Workflow" section (S29-S31), after its first, when the
+    job has parents, children or a batch; `workflow` must be among its readonly fields."""
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = list(super().get_fieldsets(request, obj))  # type: ignore[misc]
+        if has_workflow(obj):
+            fieldsets.insert(1, ("Workflow", {"fields": ("workflow",)}))
+        return fieldsets
+
+    @admin.display(description="parents, children, batch")
+    def workflow(self, obj: Any) -> SafeString:
+        return workflow_html(obj)
 
 
 def job_link(job_id: int, state: str | None) -> SafeString:
