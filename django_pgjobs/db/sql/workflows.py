@@ -58,7 +58,7 @@ DECLARE
     roots bigint[] := coalesce(failed_ids, '{{}}');
     moved integer := 0;
     released integer;
-    released_ids bigint[];
+    fired_ids bigint[];
 BEGIN
     IF cardinality(acked_children) > 0 THEN
         DELETE FROM pgjobs_dependency AS d WHERE d.child_id = ANY(acked_children);
@@ -110,11 +110,14 @@ BEGIN
             )
             SELECT (SELECT count(*) FROM released_jobs WHERE state = 'pending')
                    + 0 * (SELECT count(*) FROM woke),
+                   -- The batches' callbacks among them (S31), one key probe each.
                    (SELECT coalesce(array_agg(r.id), '{{}}') FROM released_jobs AS r
-                    WHERE r.state = 'pending')
-            INTO released, released_ids;
+                    WHERE r.state = 'pending'
+                      AND EXISTS (SELECT 1 FROM pgjobs_batch_callback AS c
+                                  WHERE c.job_id = r.id))
+            INTO released, fired_ids;
             moved := moved + released;
-            IF cardinality(released_ids) > 0 THEN
+            IF cardinality(fired_ids) > 0 THEN
                 -- S31: the batches whose callbacks were just released have ended. Every
                 -- callback of a batch waits for the same parents (its members, and its
                 -- seal: a parent whose id is minus the batch's), so they are released
@@ -125,7 +128,7 @@ BEGIN
                 WITH fired AS (
                     SELECT c.job_id, c.batch_id, c.fires_on
                     FROM pgjobs_batch_callback AS c
-                    WHERE c.job_id = ANY(released_ids)
+                    WHERE c.job_id = ANY(fired_ids)
                 ),
                 tally AS (
                     SELECT f.batch_id,
