@@ -27,6 +27,7 @@ from typing import Any
 
 from django_pgjobs.exceptions import InvalidBatch
 from django_pgjobs.managers.batches import FIRES_ON
+from django_pgjobs.managers.enqueue import database_of_jobs
 from django_pgjobs.options import ResolvedJob
 from django_pgjobs.records import BatchRecord, EnqueueResult
 from django_pgjobs.workflows import kind_and_options, resolve_step
@@ -114,6 +115,8 @@ class Batch:
 
         if self.id is not None:
             return
+        everything = [*self._pending, *(job for _, job in self.callbacks)]
+        self.using = self.using or database_of_jobs(everything, "a batch")
         self.id, self.members, self.fired = BatchModel.objects.write(
             self._pending, self.callbacks, seal=not self.open, using=self.using
         )
@@ -166,6 +169,7 @@ def add_to_batch(
     from django_pgjobs.models import Batch as BatchModel
 
     job = _resolve(target, payload, "a batch's member")
+    using = using or database_of_jobs([job], "a batch")  # a batch lives in one database
     (result,) = BatchModel.objects.add(batch_id, [job], using=using)
     return result
 

@@ -91,7 +91,10 @@ class Workflow:
         self.written = True
         if not self.steps:
             return
-        results = Job.objects.enqueue_workflow(self._jobs, self._edges, using=self.using)
+        from django_pgjobs.managers.enqueue import database_of_jobs
+
+        using = self.using or database_of_jobs(self._jobs, "a workflow")
+        results = Job.objects.enqueue_workflow(self._jobs, self._edges, using=using)
         for step, result in zip(self.steps, results, strict=True):
             step.id = result.id
 

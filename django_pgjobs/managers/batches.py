@@ -136,6 +136,12 @@ class BatchManager(models.Manager["Batch"]):
         record = self.get_batch(batch_id, using=using)
         if record is None:
             return exceptions.InvalidBatch(f"No batch has the id {batch_id}. Nothing was written.")
+        if not record.ended:
+            return exceptions.InvalidBatch(
+                f"Batch {batch_id} has no callback left waiting (each was cancelled by hand): "
+                "it can never end, so it takes no members. Start another batch. Nothing "
+                "was written."
+            )
         return exceptions.BatchEnded(
             f"Batch {batch_id} has ended ({record.state}, {record.done} done, "
             f"{record.failed} failed): its callbacks were released, so it takes no more "

@@ -114,6 +114,28 @@ def routed(queue: str) -> str | None:
     return alias
 
 
+def database_of_jobs(jobs: Sequence[options.ResolvedJob], what: str) -> str | None:
+    """The one database of `jobs` written together (a workflow, a batch) when
+    PGJOBS["QUEUE_DATABASES"] routes queues (None: no routes), warned about as `routed`.
+
+    Raises:
+        InvalidJobOption: their queues live in different databases; nothing is written.
+    """
+    if not pgjobs_settings.QUEUE_DATABASES or not jobs:
+        return None
+    homes = {pgjobs_settings.database_of(job.queue): job.queue for job in jobs}
+    if len(homes) > 1:
+        spread = ", ".join(f"{queue} in {alias}" for alias, queue in sorted(homes.items()))
+        raise InvalidJobOption(
+            f"The jobs of {what} live in several databases ({spread}; "
+            "PGJOBS['QUEUE_DATABASES']): its edges can only join jobs of one database. "
+            "Keep its jobs' queues in one database. Nothing was written."
+        )
+    ((alias, queue),) = homes.items()
+    warn_outside(alias, queue)
+    return alias
+
+
 def warn_outside(alias: str, queue: str) -> None:
     """An OutsideTransactionWarning when the caller is inside a transaction of another
     database than `alias` and not of `alias`: the job will not share its fate."""
@@ -132,9 +154,11 @@ def warn_outside(alias: str, queue: str) -> None:
 def _enqueue_many_routed(
     jobs: Sequence[Mapping[str, Any]], on_conflict: str
 ) -> list[EnqueueResult]:
-    """enqueue_many when queues live in databases of their own: one enqueue_many per
-    database, in the order they first appear, the results in the jobs' order. Each
-    database's jobs are written in its own transaction: all of them, or none."""
+    """enqueue_many when queues live in databases of their own: every job validated
+    first, then one enqueue_many per database, in the order they first appear, the
+    results in the jobs' order. Each database's jobs are written in its own transaction:
+    all of them or none; a database refusing its write (down, say) leaves the ones
+    written before it."""
     by_database: dict[str, list[int]] = {}
     first_queue: dict[str, str] = {}
     for index, job in enumerate(jobs):
@@ -146,6 +170,17 @@ def _enqueue_many_routed(
         warn_outside(alias, queue)
     if len(by_database) <= 1:
         return enqueue_many(jobs, on_conflict, next(iter(by_database), None))
+    # Every job is validated before any database is written: an invalid one writes none.
+    resolver = BatchResolver()
+    for index, job in enumerate(jobs):
+        try:
+            given: Any = job  # a hostile list may hold anything: resolve refuses it
+            if isinstance(given, Mapping):
+                resolve_after(given.get("after"))
+                given = {name: value for name, value in given.items() if name != "after"}
+            resolver.resolve(given)
+        except InvalidJobOption as error:
+            raise type(error)(f"jobs[{index}]: {error} Nothing was written.") from None
     results: list[EnqueueResult | None] = [None] * len(jobs)
     for alias, indexes in by_database.items():
         written = enqueue_many([jobs[i] for i in indexes], on_conflict, alias)

@@ -290,9 +290,49 @@ class TestS31Refusals:
         assert count() == 0
 
 
-def test_s31_ended_batches_are_pruned_with_their_callbacks_and_open_ones_kept() -> None:
+def test_s31_ended_batches_are_pruned_once_their_callbacks_ran_and_open_ones_kept() -> None:
     ended = write(0, on_complete=Callback("tests.plain"))
     kept = write(1, on_complete=Callback("tests.plain"))
+    assert Batch.objects.prune(0, 100) == 0  # its callback is still to run: ctx.batch()
+    (callback,) = Job.objects.claim_batch("default", 1, "w")
+    assert callback.id == ended.fired[0].id and callback.ack()
     assert Batch.objects.prune(0, 100) == 1
     assert get_batch(ended.id) is None and get_batch(kept.id) is not None
     assert count("pgjobs_batch_callback", "batch_id = %s", [ended.id]) == 0
+
+
+class TestS31AfterCallbacks:
+    def test_a_job_after_a_callback_that_does_not_fire_dies_with_it(self) -> None:
+        with batch(
+            on_success=Callback("tests.plain", value=1), on_failure=Callback("tests.plain")
+        ) as b:
+            b.add("tests.misbehave", how="fail")
+        success, _failure = b.fired
+        publish = Job.objects.enqueue("tests.plain", after=[success])
+        drain()
+        assert dead_row(publish.id, "reason") == (f"dependency failed: {success.id}",)
+        assert count() == 0 and count(where="state = 'waiting'") == 0
+
+    def test_a_job_after_a_callback_that_fires_runs_after_it(self) -> None:
+        with batch(on_success=Callback("tests.plain", value=1)) as b:
+            b.add("tests.plain", value=2)
+        publish = Job.objects.enqueue("tests.record", {"label": "after"}, after=b.fired)
+        drain()
+        assert dead_row(publish.id) is None and count() == 0
+        assert execute("SELECT text FROM tests_note") == [("after",)]
+
+
+def test_the_tally_so_far_counts_on_a_callback_still_waiting() -> None:
+    b = write(2, on_success=Callback("tests.plain"), on_complete=Callback("tests.plain"))
+    Job.objects.cancel(b.fired[0].id)  # its edges go with it
+    (first, _) = Job.objects.claim_batch("default", 5, "w")
+    first.ack()
+    record = get_batch(b.id)
+    assert record is not None and (record.members, record.done, record.failed) == (2, 1, 0)
+
+
+def test_a_batch_without_a_waiting_callback_refuses_members_and_says_why() -> None:
+    b = write(1, open=True, on_complete=Callback("tests.plain"))
+    Job.objects.cancel(b.fired[0].id)
+    with pytest.raises(InvalidBatch, match="no callback left waiting"):
+        add_to_batch(b.id, "tests.plain")

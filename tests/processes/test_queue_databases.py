@@ -46,6 +46,29 @@ print("order", [Job.objects.using(alias).filter(id=r.id).exists()
                 for r, alias in zip(many, ["jobs_a", "jobs_b", "default", "jobs_a"])])
 for alias in ("default", "jobs_a", "jobs_b"):
     print(alias, sorted(Job.objects.using(alias).values_list("queue", flat=True)))
+
+from django_pgjobs.batches import Callback, batch
+from django_pgjobs.exceptions import InvalidJobOption
+from django_pgjobs.models import Batch
+from django_pgjobs.workflows import workflow
+
+ingestion = jobs.record.using(queue="ingestion")
+with batch(on_complete=Callback(ingestion, label="batch done")) as b:
+    b.add(ingestion, label="member")
+print("batch in", [a for a in ("default", "jobs_a", "jobs_b") if Batch.objects.using(a).exists()])
+try:
+    with workflow() as wf:
+        wf.add(ingestion, label="x")
+        wf.add(jobs.record.using(queue="purge"), label="y")
+except InvalidJobOption as error:
+    print("workflow refused:", "several databases" in str(error))
+try:
+    Job.objects.enqueue_many([
+        {"kind": "tests.record", "payload": {"label": "never"}},
+        {"kind": "tests.record", "queue": "purge", "priority": 500},
+    ])
+except InvalidJobOption as error:
+    print("nothing written:", "jobs[1]" in str(error), Job.objects.count())
 """
 
 
@@ -73,6 +96,9 @@ def test_queues_live_and_run_in_their_own_databases() -> None:
             output
         )
         assert "jobs_b ['purge', 'purge']" in output
+        assert "batch in ['jobs_a']" in output  # members and callback with their queue
+        assert "workflow refused: True" in output
+        assert "nothing written: True 2" in output  # default's two jobs only
         status = manage_py(env, "jobsctl", "status")
         assert "Database default" in status and "Database jobs_b" in status
         refused = subprocess.run(
@@ -88,7 +114,8 @@ def test_queues_live_and_run_in_their_own_databases() -> None:
             manage_py(env, "runjobs", "--database", alias, "--burst", "--no-status")
         with psycopg.connect(env["DATABASE_URL"]) as conn:
             notes = sorted(text for (text,) in conn.execute("SELECT text FROM tests_note"))
-        assert notes == sorted(["a", "b", "default", "m0", "m1", "m2", "m3", "outside", "inside"])
+        expected = ["a", "b", "default", "m0", "m1", "m2", "m3", "outside", "inside"]
+        assert notes == sorted([*expected, "member", "batch done"])
         for url in (env["DATABASE_URL"], env["JOBS_A_URL"], env["JOBS_B_URL"]):
             with psycopg.connect(url) as conn:
                 assert conn.execute("SELECT count(*) FROM pgjobs_job").fetchone() == (0,)

@@ -134,7 +134,8 @@ SELECT pgjobs_end_parents(ARRAY[-%(batch)s::bigint], ARRAY[NULL::jsonb], '{}'::b
 
 BATCH = """
 -- Batch %(batch)s as get_batch shows it (S31): its row; the tally (done, failed) as
--- recorded at its end or, before, counted on the edges of its first callback; and its
+-- recorded at its end or, before, counted on the edges of its first waiting callback (a
+-- cancelled one lost its edges); and its
 -- callbacks: what each fires on, its job id, and where that job is now ('waiting',
 -- 'pending', 'running', 'done', 'dead', or null: acked, or deleted unfired).
 SELECT b.id, b.state, b.members, coalesce(b.done, t.done), coalesce(b.failed, t.failed),
@@ -153,6 +154,7 @@ LEFT JOIN LATERAL (
            count(*) FILTER (WHERE d.ended = 'failed') AS failed
     FROM pgjobs_dependency AS d
     WHERE d.child_id = (SELECT min(c.job_id) FROM pgjobs_batch_callback AS c
+                        JOIN pgjobs_job AS w ON w.id = c.job_id AND w.state = 'waiting'
                         WHERE c.batch_id = b.id)
       AND d.parent_id > 0
 ) AS t ON b.done IS NULL
@@ -173,12 +175,17 @@ LIMIT 1
 """
 
 PRUNE_BATCHES = """
--- Delete the batches that ended more than %(older_than_s)s seconds ago (S31), with their
--- callbacks' rows, at most %(limit)s at a time. Returns how many.
+-- Delete the batches that ended more than %(older_than_s)s seconds ago (S31) and whose
+-- callbacks are not still to run, with their callbacks' rows, at most %(limit)s at a
+-- time. Returns how many.
 WITH pruned AS (
     DELETE FROM pgjobs_batch AS b
     WHERE b.id IN (SELECT o.id FROM pgjobs_batch AS o
                    WHERE o.ended_at < now() - make_interval(secs => %(older_than_s)s)
+                     AND NOT EXISTS (  -- its callbacks ran: ctx.batch() still reads it
+                         SELECT 1 FROM pgjobs_batch_callback AS c
+                         JOIN pgjobs_job AS j ON j.id = c.job_id
+                         WHERE c.batch_id = o.id AND j.state IN ('pending', 'running'))
                    ORDER BY o.ended_at
                    LIMIT %(limit)s)
     RETURNING b.id

@@ -59,6 +59,7 @@ DECLARE
     moved integer := 0;
     released integer;
     fired_ids bigint[];
+    dropped_ids bigint[];
 BEGIN
     IF cardinality(acked_children) > 0 THEN
         DELETE FROM pgjobs_dependency AS d WHERE d.child_id = ANY(acked_children);
@@ -160,8 +161,12 @@ BEGIN
                     DELETE FROM pgjobs_dependency AS d
                     WHERE d.child_id IN (SELECT id FROM dropped)
                 )
-                SELECT count(*) INTO released FROM dropped;
-                moved := moved - released;
+                SELECT coalesce(array_agg(id), '{{}}') INTO dropped_ids FROM dropped;
+                moved := moved - cardinality(dropped_ids);
+                -- A job written after a callback that does not fire ends as after a
+                -- parent that died: its own dependents' turn comes with the frontier.
+                frontier := frontier || dropped_ids;
+                roots := roots || dropped_ids;
             END IF;
         END IF;
         EXIT WHEN cardinality(frontier) = 0;
