@@ -20,6 +20,7 @@ from django_pgjobs.db import sql
 from django_pgjobs.dependencies import MAX_JOB_ID
 from django_pgjobs.managers import enqueue as enqueueing
 from django_pgjobs.options import ResolvedJob
+from django_pgjobs.payloads import utf8_size
 from django_pgjobs.records import BatchCallbackState, BatchRecord, EnqueueResult
 
 if TYPE_CHECKING:
@@ -53,11 +54,11 @@ class BatchManager(models.Manager["Batch"]):
                 "end is what it is for. Use enqueue_many for jobs without one. Nothing "
                 "was written."
             )
-        chunks = _chunks(members)
+        chunks = _row_chunks(members)
         first = next(chunks, [])
-        jobs = [*first, *(job for _, job in callbacks)]
+        rows_of_jobs = [*first, *(job.as_json_row() for _, job in callbacks)]
         params = {
-            "jobs": "[" + ",".join(job.as_json_row() for job in jobs) + "]",
+            "jobs": "[" + ",".join(rows_of_jobs) + "]",
             "members": len(first),
             "fires_on": [fires_on for fires_on, _ in callbacks],
             **db.wake_params(),
@@ -94,7 +95,7 @@ class BatchManager(models.Manager["Batch"]):
             if not callbacks:
                 raise self._why_closed(batch_id, using)
             ids = []
-            for chunk in _chunks(members):
+            for chunk in _row_chunks(members):
                 ids += _add_members(batch_id, callbacks, chunk, using)
         results = [EnqueueResult(id=job_id, inserted=True) for job_id in ids]
         enqueueing.announce(members, results)
@@ -191,31 +192,33 @@ def batch_of_job(job_id: int, using: str | None) -> BatchRecord | None:
 
 
 def _add_members(
-    batch_id: int, callbacks: Sequence[int], members: Sequence[ResolvedJob], using: str | None
+    batch_id: int, callbacks: Sequence[int], rows: Sequence[str], using: str | None
 ) -> list[int]:
     params = {
         "batch": batch_id,
         "callbacks": list(callbacks),
-        "jobs": "[" + ",".join(job.as_json_row() for job in members) + "]",
+        "jobs": "[" + ",".join(rows) + "]",
         **db.wake_params(),
     }
     return [int(row[0]) for row in db.fetchall(sql.ADD_BATCH_MEMBERS, params, using)]
 
 
-def _chunks(members: Sequence[ResolvedJob]) -> Iterator[list[ResolvedJob]]:
-    """`members` cut as enqueue_many cuts its documents: ENQUEUE_CHUNK jobs, fewer when
-    their rows would pass ENQUEUE_DOCUMENT_BYTES."""
-    chunk: list[ResolvedJob] = []
+def _row_chunks(members: Sequence[ResolvedJob]) -> Iterator[list[str]]:
+    """The JSON rows of `members` (each made once), cut as enqueue_many cuts its
+    documents: ENQUEUE_CHUNK rows, fewer when they would pass ENQUEUE_DOCUMENT_BYTES of
+    UTF-8 (with their separators)."""
+    chunk: list[str] = []
     size = 0
     for job in members:
-        row_size = len(job.as_json_row())
+        row = job.as_json_row()
+        row_size = utf8_size(row)
         if chunk and (
             len(chunk) == enqueueing.ENQUEUE_CHUNK
             or size + row_size > enqueueing.ENQUEUE_DOCUMENT_BYTES
         ):
             yield chunk
             chunk, size = [], 0
-        chunk.append(job)
-        size += row_size
+        chunk.append(row)
+        size += row_size + 1
     if chunk:
         yield chunk
