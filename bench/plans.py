@@ -62,7 +62,12 @@ def plans(database: Database, sizes: Sizes) -> list[Figure]:
     database.reset_jobs()
     fill_as_users_do(database, n, vacuum=False)  # no statistics: a table never analyzed
     claim = sql.claim_jobs(CLAIM_SIZE)
-    claim_params = {"queues": ["default"], "worker_id": "bench-explain", "synchronous_commit": None}
+    claim_params = {
+        "queues": ["default"],
+        "worker_id": "bench-explain",
+        "synchronous_commit": None,
+        "due": True,
+    }
     figures = []
     first: dict[str, list[str]] = {}
     for state, command in STATES:

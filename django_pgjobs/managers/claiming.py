@@ -106,6 +106,7 @@ def _claim_keyed_round(
             "limit": n,
             "worker_id": worker_id,
             "synchronous_commit": None,
+            "due": False,  # the unkeyed claim after it answers for every queue
         }
         rows = db.fetchall(sql.CLAIM_KEYED_JOBS, params, alias)
     keyed.claimed(claimed(rows), waiting=bool(rows and rows[0][1]))
@@ -137,6 +138,7 @@ def _claim_unkeyed(
                     "limit": n,
                     "worker_id": worker_id,
                     "synchronous_commit": None,
+                    "due": False,  # its answer would cover the limited queues only
                 }
                 rows = db.fetchall(sql.CLAIM_LIMITED_JOBS, params, alias)
                 taken += rows
@@ -147,13 +149,14 @@ def _claim_unkeyed(
     rest = [queue for queue in queues if queue not in locked]
     if not rest or claimed(taken) >= n:
         return Claimed(taken, lapsed_waiting)
-    params = {"queues": rest, "worker_id": worker_id, **db.commit_mode(alias)}
+    # Asked only when it covers every queue of the claim: no limited queue was claimed.
+    params = {"queues": rest, "worker_id": worker_id, "due": not locked, **db.commit_mode(alias)}
     rows = db.fetchall(sql.claim_jobs(n - claimed(taken)), params, alias)
     taken += rows
     lapsed_waiting = lapsed_waiting or bool(rows and rows[0][0])
     keyed_claims(alias).seen(rows)
-    due = rows[0][-1] if rows else None  # NULL: this statement's claim was full
-    if due is None or locked:
+    due = rows[0][-1] if rows else None  # NULL: full, or not asked
+    if due is None:
         return Claimed(taken, lapsed_waiting)
     return Claimed(taken, lapsed_waiting, True, None if math.isinf(due) else max(due, 0.0))
 

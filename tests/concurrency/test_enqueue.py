@@ -59,6 +59,7 @@ def _claim_on(conn: psycopg.Connection, queue: str) -> list[int]:
         "limit": 10,
         "worker_id": "other",
         "synchronous_commit": None,
+        "due": False,
     }
     with conn.cursor() as cursor:
         cursor.execute(sql.CLAIM_JOBS, params)

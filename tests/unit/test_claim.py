@@ -104,6 +104,7 @@ class TestS7Order:
             "limit": 50,
             "worker_id": "w",
             "synchronous_commit": None,
+            "due": True,
         }
         with connection.cursor() as cursor:
             cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.CLAIM_JOBS, params)

@@ -70,6 +70,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "queues": ["default"],
         "limit": 5,
         "worker_id": "w",
+        "due": True,
     },
     "ACK_JOBS": {
         "synchronous_commit": "off",
@@ -133,6 +134,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "pair_keys": ["tenant:1"],
         "limit": 5,
         "worker_id": "w",
+        "due": False,
     },
     "PRUNE_RATE_CLAIMS": {"limit": 10},
     "LIMIT_STATEMENT_TIME": {"timeout": "1500ms"},
@@ -200,6 +202,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "queues": ["default"],
         "limit": 5,
         "worker_id": "w",
+        "due": False,
     },
     "LIMITED_QUEUES": {},
     "PAUSE_QUEUES": {"queues": ["default"]},

@@ -105,9 +105,11 @@ NEXT_DUE_SECONDS = """extract(epoch FROM least(
 
 #: The end of every claim statement: claim the rows of its `picked` (S8), and return,
 #: after its lapsed_waiting and keyed_waiting flags, what the caller reads into a
-#: JobHandle, then `due_in`: when the claim took fewer than %(limit)s, NEXT_DUE_SECONDS
-#: ('Infinity': nothing is due), so that a worker whose queues ran dry need not ask
-#: (NULL when the claim was full). An empty claim still returns one row, for the flags.
+#: JobHandle, then `due_in`: when %(due)s and the claim took fewer than %(limit)s,
+#: NEXT_DUE_SECONDS ('Infinity': nothing is due), so that a worker whose queues ran dry
+#: need not ask (NULL when the claim was full, or not asked: a claim whose answer would
+#: cover part of the worker's queues only). An empty claim still returns one row, for
+#: the flags.
 CLAIM_PICKED = f"""claimed AS (
     -- Claim the rows of `picked` (S8).
     UPDATE pgjobs_job AS j
@@ -139,7 +141,7 @@ flags AS (
                         AND j.queue = q.name)
     ) AS keyed_waiting,
     {COMMIT_MODE} AS commit_mode,
-    CASE WHEN (SELECT count(*) FROM claimed) < %(limit)s
+    CASE WHEN %(due)s AND (SELECT count(*) FROM claimed) < %(limit)s
          THEN coalesce({NEXT_DUE_SECONDS}, 'Infinity'::float8) END AS due_in
 )
 SELECT f.lapsed_waiting, f.keyed_waiting, c.*, f.due_in
