@@ -44,18 +44,16 @@ def job_link(job_id: int, state: str | None) -> SafeString:
 
 
 def has_workflow(obj: Any) -> bool:
-    """Whether the job has parents, children or a batch worth a section of its page."""
-    if obj is None:
-        return False
-    if obj.has_parents or obj.has_children:
-        return True
-    return batch_of_job(obj.pk, obj._state.db) is not None
+    """Whether the job has parents, children or a batch worth a section of its page: its
+    flags say, with no query (a batch's member has children, its callbacks, and a
+    callback has parents, its members and its seal)."""
+    return obj is not None and bool(obj.has_parents or obj.has_children)
 
 
 def workflow_html(obj: Any) -> SafeString:
     """The job's parents, children and batch as the page shows them."""
     using = obj._state.db
-    edges = edges_of(obj.pk, using) if obj.has_parents or obj.has_children else []
+    edges = edges_of(obj.pk, using)
     parts = []
     parents = [edge for edge in edges if edge.side == "parent"]
     children = [edge for edge in edges if edge.side == "child"]
