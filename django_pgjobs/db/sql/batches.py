@@ -68,12 +68,11 @@ ORDER BY g.n
 LOCK_BATCH_CALLBACKS = """
 -- Lock the callbacks of batch %(batch)s that still wait (S31), in id order, for the rest
 -- of the transaction: the first lock of whoever adds members to the batch or seals it
--- (see the module). Returns their ids with the batch's state; no row: the batch has
--- ended (or every callback of it was cancelled).
-SELECT j.id, b.state
+-- (see the module). Returns their ids; no row: the batch has ended, or every callback
+-- of it was cancelled, or there is no such batch.
+SELECT j.id
 FROM pgjobs_batch_callback AS c
 JOIN pgjobs_job AS j ON j.id = c.job_id
-JOIN pgjobs_batch AS b ON b.id = c.batch_id
 WHERE c.batch_id = %(batch)s AND j.state = 'waiting'
 ORDER BY j.id
 FOR NO KEY UPDATE OF j
