@@ -36,21 +36,21 @@ def claim(queues: list[str], limited: list[str], n: int, worker_id: str, alias: 
     statement of their own), then the rest.
 
     Keyed jobs go first so that a backlog of unkeyed ones never starves them; their
-    limits bound how many a claim takes. Whether keyed jobs wait is what the last
-    claim statement said; a claim that finds them waiting, unexpected, takes them
-    at once with what it has left.
+    limits, and those of their queues (S37), bound how many a claim takes. Whether
+    keyed jobs wait is what the last claim statement said; a claim that finds them
+    waiting, unexpected, takes them at once with what it has left.
     """
     keyed = keyed_claims(alias)
     rows: list[Any] = []
     lapsed_waiting = tried = False
     if keyed.due():
         tried = True
-        rows, lapsed_waiting = _claim_keyed(queues, n, worker_id, alias)
+        rows, lapsed_waiting = _claim_keyed(queues, limited, n, worker_id, alias)
     unkeyed = _claim_unkeyed(queues, limited, n - claimed(rows), worker_id, alias)
     rows += unkeyed.rows
     lapsed_waiting = lapsed_waiting or unkeyed.lapsed_waiting
     if not tried and keyed.due() and claimed(rows) < n:
-        more, lapsed = _claim_keyed(queues, n - claimed(rows), worker_id, alias)
+        more, lapsed = _claim_keyed(queues, limited, n - claimed(rows), worker_id, alias)
         rows += more
         lapsed_waiting = lapsed_waiting or lapsed
     return Claimed(rows, lapsed_waiting, unkeyed.due_known, unkeyed.due_in)
@@ -62,11 +62,13 @@ def claimed(rows: Sequence[Any]) -> int:
     return sum(1 for row in rows if row[2] is not None)
 
 
-def _claim_keyed(queues: list[str], n: int, worker_id: str, alias: str) -> tuple[list[Any], bool]:
-    """Claim up to `n` keyed jobs of `queues`, each key up to its limits (S34, S35), in
-    rounds of a few keys each: until `n` are claimed, a round takes nothing (every key
-    seen is at its limit, or none is left), or KEYED_ROUNDS. Fewer than `n` then means
-    the keyed jobs ran dry for now, as for any claim."""
+def _claim_keyed(
+    queues: list[str], limited: list[str], n: int, worker_id: str, alias: str
+) -> tuple[list[Any], bool]:
+    """Claim up to `n` keyed jobs of `queues`, each key up to its limits (S34, S35) and
+    each limited queue up to its own (S37), in rounds of a few keys per queue each: until
+    `n` are claimed, a round takes nothing (every key seen is at its limit, or none is
+    left), or KEYED_ROUNDS. Fewer than `n` then means the keyed jobs ran dry for now."""
     keyed = keyed_claims(alias)
     rows: list[Any] = []
     lapsed_waiting = False
@@ -74,35 +76,50 @@ def _claim_keyed(queues: list[str], n: int, worker_id: str, alias: str) -> tuple
         wanted = n - claimed(rows)
         if wanted <= 0:
             break
-        resumed = keyed.after != ""
-        more, lapsed = _claim_keyed_round(queues, wanted, worker_id, alias)
+        resumed = keyed.resumes(queues)
+        more, lapsed = _claim_keyed_round(queues, limited, wanted, worker_id, alias)
         rows += more
         lapsed_waiting = lapsed_waiting or lapsed
-        wrapped = resumed and keyed.after == ""  # the keys before the cursor are left
+        wrapped = resumed and not keyed.resumes(queues)  # the keys before the cursors are left
         if not claimed(more) and not wrapped:
             break
     return rows, lapsed_waiting
 
 
 def _claim_keyed_round(
-    queues: list[str], n: int, worker_id: str, alias: str
+    queues: list[str], limited: list[str], n: int, worker_id: str, alias: str
 ) -> tuple[list[Any], bool]:
     keyed = keyed_claims(alias)
     with transaction.atomic(using=alias):
         db.fetchall(sql.PLAN_KEYED_CLAIM, {}, alias)
-        params = {"queues": queues, "keys": min(KEYS_PER_CLAIM, n), "after": keyed.after}
+        params = {
+            "queues": queues,
+            "afters": [keyed.after.get(queue, "") for queue in queues],
+            "keys": min(KEYS_PER_CLAIM, n),
+        }
         ((pair_queues, pair_keys, last_seen, more_keys),) = db.fetchall(
             sql.LOCK_KEYS, params, alias
         )
-        # Next time, the keys after the last one seen: every key gets its turn.
-        keyed.after = last_seen if more_keys and last_seen is not None else ""
+        # Next time, each queue's keys after the last one seen: every key gets its turn.
+        for queue, last, more in zip(queues, last_seen, more_keys, strict=True):
+            keyed.after[queue] = last if more and last is not None else ""
         if not pair_keys:
-            keyed.claimed(0, waiting=last_seen is not None)
+            keyed.claimed(0, waiting=any(last is not None for last in last_seen))
             return [], False
+        # The limited queues among the keys' take their claim turn as an unkeyed claim of
+        # theirs does, so that their limits count keyed and unkeyed jobs alike (S37). A
+        # queue limited since the list was read is not offered (the statement checks).
+        turns = sorted(set(pair_queues).intersection(limited))
+        locked = (
+            [row[0] for row in db.fetchall(sql.LOCK_LIMITED_QUEUES, {"queues": turns}, alias)]
+            if turns
+            else []
+        )
         params = {
             "queues": queues,
             "pair_queues": pair_queues,
             "pair_keys": pair_keys,
+            "limited": locked,
             "limit": n,
             "worker_id": worker_id,
             "synchronous_commit": None,
@@ -121,7 +138,9 @@ def _claim_unkeyed(
     The fast statement skips paused and limited queues by itself, whatever `limited`
     (a cache) says, so a stale cache can delay a limited queue's claims a moment but
     never exceed its limit. When it ran over every queue and came up short, its
-    answer of when the next job is due stands for the whole claim.
+    answer of when the next job is due stands for the whole claim. A limited queue's
+    claim cannot answer (the claims it counts against a rate are its own writes, which
+    it cannot read back): its worker asks next_due_in, which sees them.
     """
     taken: list[Any] = []
     lapsed_waiting = False
@@ -135,10 +154,11 @@ def _claim_unkeyed(
             if locked:
                 params = {
                     "queues": sorted(locked),
+                    "limited": sorted(locked),
                     "limit": n,
                     "worker_id": worker_id,
                     "synchronous_commit": None,
-                    "due": False,  # its answer would cover the limited queues only
+                    "due": False,  # see above
                 }
                 rows = db.fetchall(sql.CLAIM_LIMITED_JOBS, params, alias)
                 taken += rows
@@ -182,9 +202,14 @@ class KeyedClaims:
         # Until a claim statement says some wait: a claim where none wait stays one
         # statement (S6).
         self.waiting = False
-        self.after = ""
+        #: Per queue, the key after which its next keyed claim starts ("": the first).
+        self.after: dict[str, str] = {}
         self._backoff_s = 0.0
         self._due_at = 0.0
+
+    def resumes(self, queues: Sequence[str]) -> bool:
+        """Whether the next keyed claim of `queues` starts past the first key of one."""
+        return any(self.after.get(queue, "") for queue in queues)
 
     def due(self) -> bool:
         return self.waiting and time.monotonic() >= self._due_at

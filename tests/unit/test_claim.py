@@ -223,3 +223,21 @@ class TestClaimSaysWhenNextDue:
         Job.objects.enqueue("demo.t", delay=20)
         handles, (known, due_in) = Job.objects.claim_for_worker("default", 5, "w")
         assert (handles, known, due_in) == ([], False, None)
+
+    def test_s37_a_rated_queue_says_when_its_next_slot_opens(self) -> None:
+        """S37: the workers of a rate-limited queue wake when its next slot opens: the
+        claim that found the rate spent says when (and so does next_due_in)."""
+        from django_pgjobs.models import QueueControl
+
+        QueueControl.objects.set_rate("default", "2/10s")
+        Job.objects.enqueue_many([{"kind": "demo.t"}] * 4)
+        handles, (known, _) = Job.objects.claim_for_worker("default", 5, "w")
+        assert (len(handles), known) == (2, False)
+        asked = Job.objects.next_due_in("default")
+        assert asked is not None and 9 < asked <= 10
+        # With nothing runnable left to wait for it, the slot is no reason to wake.
+        execute(
+            "UPDATE pgjobs_job SET run_after = now() + interval '1 hour' WHERE state = 'pending'"
+        )
+        asked = Job.objects.next_due_in("default")
+        assert asked is not None and asked > 30  # the claims' lease, not the slot

@@ -126,12 +126,13 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "errors_kept": 10,
         **WAKE,
     },
-    "LOCK_KEYS": {"queues": ["default"], "keys": 64, "after": ""},
+    "LOCK_KEYS": {"queues": ["default", "other"], "keys": 64, "afters": ["", "k"]},
     "CLAIM_KEYED_JOBS": {
         "synchronous_commit": None,
         "queues": ["default"],
         "pair_queues": ["default"],
         "pair_keys": ["tenant:1"],
+        "limited": ["default"],
         "limit": 5,
         "worker_id": "w",
         "due": False,
@@ -200,6 +201,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "CLAIM_LIMITED_JOBS": {
         "synchronous_commit": None,
         "queues": ["default"],
+        "limited": ["default"],
         "limit": 5,
         "worker_id": "w",
         "due": False,

@@ -23,6 +23,7 @@ from django_pgjobs.db.sql.fragments import (
     KEPT_COLUMNS_OF_J,
     NEXT_DUE_SECONDS,
     PROMOTE_RERUN,
+    QUEUE_ALLOWANCE,
     UNKEYED,
 )
 
@@ -99,28 +100,17 @@ def claim_jobs(limit: int) -> str:
 
 
 CLAIM_LIMITED_JOBS = f"""
--- Claim up to %(limit)s jobs of the limited queues among %(queues)s for %(worker_id)s,
--- each queue up to its max_running less its running jobs whose lease holds (a lapsed
--- lease frees its slot), and its rate less its claims within the rate's period (S35).
--- Runs after LOCK_LIMITED_QUEUES, in the same transaction.
-WITH allowance AS (
-    SELECT c.name, c.rate_limit IS NOT NULL AS rated, c.rate_period_s, greatest(least(
-        c.max_running - (
-            SELECT count(*) FROM pgjobs_job AS j
-            WHERE j.state = 'running' AND j.queue = c.name AND j.claimed_until > now()),
-        c.rate_limit - (
-            SELECT count(*) FROM pgjobs_rate_claim AS r
-            WHERE r.scope = 'queue:' || c.name
-              AND r.at > now() - make_interval(secs => c.rate_period_s)),
-        %(limit)s
-    ), 0) AS free
-    FROM pgjobs_queue AS c
-    WHERE c.name = ANY(%(queues)s::text[]) AND NOT c.paused
-      AND (c.max_running IS NOT NULL OR c.rate_limit IS NOT NULL)
+-- Claim up to %(limit)s unkeyed jobs of the limited queues %(limited)s for %(worker_id)s,
+-- each queue up to what it admits now (QUEUE_ALLOWANCE: its keyed jobs count too, S37).
+-- Runs after LOCK_LIMITED_QUEUES, in the same transaction, and stamps its claims with
+-- this statement's start, after the turn was had (S37).
+WITH clock AS (
+    SELECT statement_timestamp() AS at
 ),
+{QUEUE_ALLOWANCE},
 picked AS (
     SELECT t.id, a.name AS queue, a.rated
-    FROM allowance AS a
+    FROM queue_allowance AS a
     CROSS JOIN LATERAL (
         SELECT j.id FROM pgjobs_job AS j
         WHERE {CLAIMABLE} AND {UNKEYED} AND j.queue = a.name
@@ -133,13 +123,13 @@ picked AS (
 counted AS (
     -- Each claim of a rated queue counts against its rate (S35).
     INSERT INTO pgjobs_rate_claim (scope, at)
-    SELECT 'queue:' || p.queue, now() FROM picked AS p WHERE p.rated
+    SELECT 'queue:' || p.queue, clock.at FROM picked AS p, clock WHERE p.rated
 ),
 pruned AS (
     DELETE FROM pgjobs_rate_claim AS r
-    USING allowance AS a
+    USING queue_allowance AS a, clock
     WHERE a.rated AND r.scope = 'queue:' || a.name
-      AND r.at <= now() - make_interval(secs => a.rate_period_s)
+      AND r.at <= clock.at - make_interval(secs => a.rate_period_s)
 ),
 {CLAIM_PICKED}
 """
@@ -209,8 +199,9 @@ SELECT (SELECT count(*) FROM requeued), (SELECT count(*) FROM dead),
 """
 
 NEXT_DUE_IN = f"""
--- Seconds from now() until a job of %(queues)s next becomes claimable: the earliest
--- scheduled pending job, or the earliest running job whose lease will lapse (NULL: none).
+-- Seconds until a job of %(queues)s next becomes claimable: the earliest scheduled
+-- pending job, the earliest running job whose lease will lapse, or a rated queue's next
+-- slot (NULL: none).
 -- A claim that comes up short answers the same itself (CLAIM_PICKED's due_in).
 SELECT {NEXT_DUE_SECONDS}
 """

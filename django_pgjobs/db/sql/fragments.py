@@ -76,6 +76,26 @@ COMMIT_MODE = (
     " coalesce(%(synchronous_commit)s, current_setting('synchronous_commit')), true))"
 )
 
+#: What each limited queue of %(limited)s admits now, for a statement with a `clock` CTE
+#: (the moment its claims are stamped with, S37): up to %(limit)s, its max_running less
+#: all its running jobs whose lease holds, keyed or not, and its rate less all its claims
+#: within the rate's period (S35, S37). A limit that is not set is no bound.
+QUEUE_ALLOWANCE = """queue_allowance AS (
+    SELECT c.name, c.rate_limit IS NOT NULL AS rated, c.rate_period_s, greatest(least(
+        c.max_running - (
+            SELECT count(*) FROM pgjobs_job AS j, clock
+            WHERE j.state = 'running' AND j.queue = c.name AND j.claimed_until > clock.at),
+        c.rate_limit - (
+            SELECT count(*) FROM pgjobs_rate_claim AS r, clock
+            WHERE r.scope = 'queue:' || c.name
+              AND r.at > clock.at - make_interval(secs => c.rate_period_s)),
+        %(limit)s
+    ), 0) AS free
+    FROM pgjobs_queue AS c
+    WHERE c.name = ANY(%(limited)s::text[]) AND NOT c.paused
+      AND (c.max_running IS NOT NULL OR c.rate_limit IS NOT NULL)
+)"""
+
 #: A job a claim may take: runnable now and not expired.
 CLAIMABLE = (
     "j.state = 'pending' AND j.run_after <= now()"
@@ -85,8 +105,10 @@ CLAIMABLE = (
 #: An unkeyed job: what the claim index holds (keyed jobs have a claim of their own, S34).
 UNKEYED = "j.limit_key IS NULL"
 
-#: Seconds from now() until a job of %(queues)s next becomes claimable: the earliest
-#: scheduled pending job, or the earliest running job whose lease will lapse (NULL: none).
+#: Seconds from the statement's start until a job of %(queues)s next becomes claimable:
+#: the earliest scheduled pending job, the earliest running job whose lease will lapse,
+#: or the next slot of a rated queue whose runnable jobs wait for its rate (S37: its
+#: workers wake when the slot opens, not at the next poll) (NULL: none of these).
 NEXT_DUE_SECONDS = """extract(epoch FROM least(
     (SELECT min(n.run_after)
      FROM unnest(%(queues)s::text[]) AS q(name)
@@ -100,8 +122,31 @@ NEXT_DUE_SECONDS = """extract(epoch FROM least(
      WHERE j.state = 'running' AND j.claimed_until > now()
        AND j.queue = ANY(%(queues)s::text[])
      ORDER BY j.claimed_until
-     LIMIT 1)
-) - now())::float8"""
+     LIMIT 1),
+    (SELECT min(coalesce(s.opens_at, statement_timestamp()))
+     FROM pgjobs_queue AS c
+     LEFT JOIN LATERAL (
+         -- The claim whose leaving the window makes room for one more (none: there is
+         -- room now, since a claim came up short).
+         SELECT r.at + make_interval(secs => c.rate_period_s) AS opens_at
+         FROM pgjobs_rate_claim AS r
+         WHERE r.scope = 'queue:' || c.name
+           AND r.at > statement_timestamp() - make_interval(secs => c.rate_period_s)
+         ORDER BY r.at DESC
+         OFFSET c.rate_limit - 1
+         LIMIT 1
+     ) AS s ON true
+     WHERE c.name = ANY(%(queues)s::text[]) AND c.rate_limit IS NOT NULL AND NOT c.paused
+       -- Not held back by its running limit, which a completion lifts instead.
+       AND (c.max_running IS NULL
+            OR c.max_running > (SELECT count(*) FROM pgjobs_job AS j
+                                WHERE j.state = 'running' AND j.queue = c.name
+                                  AND j.claimed_until > now()))
+       -- Its earliest pending job (one probe of the schedule index) is runnable.
+       AND (SELECT j.run_after FROM pgjobs_job AS j
+            WHERE j.state = 'pending' AND j.queue = c.name
+            ORDER BY j.run_after LIMIT 1) <= now())
+) - statement_timestamp())::float8"""
 
 #: The end of every claim statement: claim the rows of its `picked` (S8), and return,
 #: after its lapsed_waiting and keyed_waiting flags, what the caller reads into a

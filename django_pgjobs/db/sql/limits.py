@@ -11,20 +11,25 @@ after the turn is had, counts every claim of those keys made before it.
 
 from __future__ import annotations
 
-from django_pgjobs.db.sql.fragments import CLAIM_PICKED, CLAIMABLE
+from django_pgjobs.db.sql.fragments import CLAIM_PICKED, CLAIMABLE, QUEUE_ALLOWANCE
 
 LOCK_KEYS = f"""
 -- Take the claim turn of up to %(keys)s concurrency key values with runnable jobs in
--- %(queues)s, from the first key after %(after)s in key order (S34). Returns each
--- (queue, key) taken, the last key seen, and whether keys past it were left unseen.
-WITH RECURSIVE found (queue, limit_key, depth) AS (
+-- each of %(queues)s, each queue from the first key after its own cursor in %(afters)s
+-- (S34, S37: one cursor per queue, so that a queue of many keys never holds the keys of
+-- another back). Returns each (queue, key) taken, then per queue of %(queues)s the last
+-- key seen (NULL: none) and whether keys past it were left unseen.
+WITH RECURSIVE cursors (queue, after) AS (
+    SELECT * FROM unnest(%(queues)s::text[], %(afters)s::text[])
+),
+found (queue, limit_key, depth) AS (
     -- A skip scan of the keyed index: one probe per key of each queue.
-    SELECT q.name, (SELECT j.limit_key FROM pgjobs_job AS j
-                    WHERE j.state = 'pending' AND j.limit_key IS NOT NULL
-                      AND j.queue = q.name AND j.limit_key > %(after)s
-                    ORDER BY j.limit_key LIMIT 1), 1
-    FROM unnest(%(queues)s::text[]) AS q(name)
-    WHERE NOT EXISTS (SELECT 1 FROM pgjobs_queue AS c WHERE c.name = q.name AND c.paused)
+    SELECT q.queue, (SELECT j.limit_key FROM pgjobs_job AS j
+                     WHERE j.state = 'pending' AND j.limit_key IS NOT NULL
+                       AND j.queue = q.queue AND j.limit_key > q.after
+                     ORDER BY j.limit_key LIMIT 1), 1
+    FROM cursors AS q
+    WHERE NOT EXISTS (SELECT 1 FROM pgjobs_queue AS c WHERE c.name = q.queue AND c.paused)
     UNION ALL
     SELECT f.queue, (SELECT j.limit_key FROM pgjobs_job AS j
                      WHERE j.state = 'pending' AND j.limit_key IS NOT NULL
@@ -52,16 +57,27 @@ taken AS (
 )
 SELECT array(SELECT t.queue FROM taken AS t ORDER BY t.limit_key, t.queue),
        array(SELECT t.limit_key FROM taken AS t ORDER BY t.limit_key, t.queue),
-       (SELECT max(s.limit_key) FROM seen AS s),
-       EXISTS (SELECT 1 FROM found AS f WHERE f.depth = %(keys)s AND f.limit_key IS NOT NULL)
+       array(SELECT (SELECT max(s.limit_key) FROM seen AS s WHERE s.queue = q.queue)
+             FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q(queue, n) ORDER BY q.n),
+       array(SELECT EXISTS (SELECT 1 FROM found AS f
+                            WHERE f.queue = q.queue AND f.depth = %(keys)s
+                              AND f.limit_key IS NOT NULL)
+             FROM unnest(%(queues)s::text[]) WITH ORDINALITY AS q(queue, n) ORDER BY q.n)
 """
 
 CLAIM_KEYED_JOBS = f"""
 -- Claim up to %(limit)s jobs of the (queue, key) pairs %(pair_queues)s/%(pair_keys)s,
 -- whose keys LOCK_KEYS took in this transaction, for %(worker_id)s: each key value up to
 -- its concurrency less its running jobs whose lease holds (S34), and its rate less its
--- claims within the rate's period (S35). A key's limits are those of its next job.
-WITH pairs AS (
+-- claims within the rate's period (S35); a key's limits are those of its next job. The
+-- limited queues among them, %(limited)s, whose claim turn LOCK_LIMITED_QUEUES took in
+-- this transaction, bind their keyed jobs too (S37): each up to its max_running less
+-- all its running jobs, keyed or not, and its rate less all its claims. Claims are
+-- stamped with this statement's start, after the turns were had (S37).
+WITH clock AS (
+    SELECT statement_timestamp() AS at
+),
+pairs AS (
     SELECT * FROM unnest(%(pair_queues)s::text[], %(pair_keys)s::text[])
         AS p(queue, limit_key)
 ),
@@ -84,18 +100,19 @@ allowance AS (
                    WHERE j.state = 'running' AND j.limit_key = h.limit_key
                      AND j.claimed_until > now()),
                h.rate_limit - (
-                   SELECT count(*) FROM pgjobs_rate_claim AS r
+                   SELECT count(*) FROM pgjobs_rate_claim AS r, clock
                    WHERE r.scope = 'key:' || h.limit_key
-                     AND r.at > now() - make_interval(secs => h.rate_period_s)),
+                     AND r.at > clock.at - make_interval(secs => h.rate_period_s)),
                %(limit)s
            ), 0) AS free
     FROM heads AS h
     ORDER BY h.limit_key, h.priority DESC, h.run_after, h.id
 ),
+{QUEUE_ALLOWANCE},
 offered AS (
     -- Each pair offers its share of the claim at most (rows it locks and the claim does
     -- not take are let go at commit): a claim of many keys locks about what it takes.
-    SELECT t.id, t.priority, t.run_after, a.limit_key, a.free, a.rated
+    SELECT t.id, t.priority, t.run_after, p.queue, a.limit_key, a.free, a.rated
     FROM pairs AS p
     JOIN allowance AS a ON a.limit_key = p.limit_key AND a.free > 0
     CROSS JOIN LATERAL (
@@ -105,27 +122,40 @@ offered AS (
         LIMIT least(a.free, ceil(%(limit)s::float8 / (SELECT count(*) FROM pairs))::int)
         FOR UPDATE SKIP LOCKED
     ) AS t
+    WHERE NOT EXISTS (SELECT 1 FROM queue_allowance AS q
+                      WHERE q.name = p.queue AND q.free <= 0)
 ),
-picked AS (
+within_keys AS (
     -- A key in two queues is offered from each: its allowance holds over both.
-    SELECT o.id, o.limit_key, o.rated
+    SELECT o.id, o.priority, o.run_after, o.queue, o.limit_key, o.rated
     FROM (SELECT o.*, row_number() OVER (PARTITION BY o.limit_key
                                          ORDER BY o.priority DESC, o.run_after, o.id) AS nth
           FROM offered AS o) AS o
     WHERE o.nth <= o.free
+),
+picked AS (
+    -- Then each limited queue's allowance over its keys (S37).
+    SELECT o.id, o.queue, o.limit_key, o.rated, q.rated AS queue_rated
+    FROM (SELECT o.*, row_number() OVER (PARTITION BY o.queue
+                                         ORDER BY o.priority DESC, o.run_after, o.id) AS in_queue
+          FROM within_keys AS o) AS o
+    LEFT JOIN queue_allowance AS q ON q.name = o.queue
+    WHERE q.name IS NULL OR o.in_queue <= q.free
     ORDER BY o.priority DESC, o.run_after, o.id
     LIMIT %(limit)s
 ),
 counted AS (
-    -- Each claim of a rated key counts against its rate (S35).
+    -- Each claim of a rated key, and of a rated queue, counts against its rate (S35).
     INSERT INTO pgjobs_rate_claim (scope, at)
-    SELECT 'key:' || p.limit_key, now() FROM picked AS p WHERE p.rated
+    SELECT 'key:' || p.limit_key, clock.at FROM picked AS p, clock WHERE p.rated
+    UNION ALL
+    SELECT 'queue:' || p.queue, clock.at FROM picked AS p, clock WHERE p.queue_rated
 ),
 pruned AS (
     DELETE FROM pgjobs_rate_claim AS r
-    USING allowance AS a
+    USING allowance AS a, clock
     WHERE a.rated AND r.scope = 'key:' || a.limit_key
-      AND r.at <= now() - make_interval(secs => a.rate_period_s)
+      AND r.at <= clock.at - make_interval(secs => a.rate_period_s)
 ),
 {CLAIM_PICKED}
 """
