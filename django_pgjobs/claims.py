@@ -335,7 +335,9 @@ class JobHandle:
 
         The job row stays locked until the block ends, so no other claim can take the
         job over meanwhile; `ack()` inside the block commits together with the block's
-        writes. A claim that is no longer current raises LeaseLost on entry.
+        writes. A claim that is no longer current raises LeaseLost on entry; a cancelled
+        one raises Cancelled, on entry or from an `ack()` inside the block, which rolls
+        the block back (S38).
         """
         with transaction.atomic(using=self.using):
             if not self.manager.lock_claim(self):
@@ -360,7 +362,12 @@ class JobHandle:
 
         def enter() -> None:
             block.__enter__()
-            if not self.manager.lock_claim(self):
+            try:
+                current = self.manager.lock_claim(self)
+            except BaseException as error:  # Cancelled (S38), or the database's refusal
+                block.__exit__(type(error), error, error.__traceback__)
+                raise
+            if not current:
                 block.__exit__(None, None, None)
                 raise LeaseLost(
                     f"Job {self.id} ({self.kind}): claim {self.token} is no longer current; "

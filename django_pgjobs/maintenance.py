@@ -119,6 +119,9 @@ class Sweeper:
         def prune_rate_claims() -> int:
             return QueueControl.objects.prune_rate_claims(limit, using=using)
 
+        def prune_cancel_requests() -> int:
+            return Job.objects.prune_cancel_requests(limit, using=using)
+
         def prune_dead_of(queue: str, retention_s: int) -> Callable[[], int]:
             return lambda: DeadJob.objects.prune_in_queues([queue], retention_s, limit, using=using)
 
@@ -138,6 +141,7 @@ class Sweeper:
             ("done_pruned", prune_done),
             (None, prune_stats),
             (None, prune_rate_claims),
+            (None, prune_cancel_requests),
             (None, prune_workers),
         ]
         for queue in configured:

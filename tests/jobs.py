@@ -322,3 +322,76 @@ def batch_report(ctx: JobHandle, label: str) -> None:
         f"{label} batch={found.id} state={found.state} members={found.members} "
         f"done={found.done} failed={found.failed} results={len(results)}",
     )
+
+
+@job(name="tests.fenced_acker", queue="long", lease=2)
+def fenced_acker(ctx: JobHandle, seconds: float = 1.0) -> None:
+    """Write and ack inside a fence after a sleep that no cancel cuts short (S38)."""
+    with ctx.fenced():
+        _note(ctx, "inside the fence")
+        time.sleep(seconds)
+        _note(ctx, "committed with the ack")
+        ctx.ack()
+
+
+@job(name="tests.atomic_sleeper", queue="long", atomic=True, lease=2)
+def atomic_sleeper(ctx: JobHandle, seconds: float = 1.0) -> None:
+    """Transaction mode, sleeping through any cancel, then writing (S38, S39)."""
+    time.sleep(seconds)
+    _note(ctx, "committed with the ack")
+
+
+@job(name="tests.patient", queue="long", lease=3)
+def patient(ctx: JobHandle, seconds: float = 30.0) -> None:
+    """Wait until cancelled (S32), noting that it was told."""
+    _note(ctx, "started")
+    try:
+        ctx.sleep(seconds)
+    except Exception:
+        _note(ctx, f"told: {ctx.control.reason}")
+        raise
+
+
+@job(
+    name="tests.locked_tenant",
+    queue="long",
+    lease=2,
+    concurrency_key=lambda payload: f"locked:{payload['tenant']}",
+    concurrency=1,
+)
+def locked_tenant(ctx: JobHandle, tenant: str, seconds: float = 0.0, how: str = "fence") -> None:
+    """Hold its row longer than its lease, in a fence or as a plain sleep (S39)."""
+    _note(ctx, f"{tenant} start")
+    if how == "fence":
+        with ctx.fenced():
+            time.sleep(seconds)
+            ctx.ack()
+    else:
+        time.sleep(seconds)
+    _note(ctx, f"{tenant} end")
+
+
+@job(
+    name="tests.atomic_tenant",
+    queue="long",
+    atomic=True,
+    lease=2,
+    concurrency_key=lambda payload: f"locked:{payload['tenant']}",
+    concurrency=1,
+)
+def atomic_tenant(ctx: JobHandle, tenant: str, seconds: float = 0.0) -> None:
+    """Transaction mode longer than its lease (S39): one note, committed with the job,
+    holding its start and end by the database's clock."""
+    from django.db import connection
+
+    def clock() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT clock_timestamp()")
+            (moment,) = cursor.fetchone()
+        return str(moment.isoformat())
+
+    started = clock()
+    time.sleep(seconds)
+    Note.objects.create(
+        text=f"{tenant} {started} {clock()}", job_id=ctx.id, token=ctx.token, attempt=ctx.attempt
+    )

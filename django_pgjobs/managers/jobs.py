@@ -18,6 +18,7 @@ from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
 from django_pgjobs.dependencies import Edge
+from django_pgjobs.exceptions import Cancelled
 from django_pgjobs.managers import batches, claiming, workflows
 from django_pgjobs.managers import enqueue as enqueueing
 from django_pgjobs.managers.queues import limited_queues
@@ -255,8 +256,12 @@ class JobManager(JobReads):
             **db.wake_params(),
             **db.commit_mode(alias),
         }
-        ((acked, _woken, _),) = db.fetchall(sql.ACK_JOBS, params, alias)
-        _mark_finished(handles, [(signals.SUCCEEDED, None)] * len(handles))
+        ((acked, _woken, _, requested),) = db.fetchall(sql.ACK_JOBS, params, alias)
+        cancelled = self._answer_cancels(handles, requested)
+        _mark_finished(
+            [handle for handle in handles if handle.id not in cancelled],
+            [(signals.SUCCEEDED, None)] * (len(handles) - len(cancelled)),
+        )
         return int(acked)
 
     def retry_batch(
@@ -291,17 +296,41 @@ class JobManager(JobReads):
             **db.wake_params(),
             **db.commit_mode(alias),
         }
-        ((retried, promoted, dead, _woken, _),) = db.fetchall(statement, params, alias)
+        ((retried, promoted, dead, _woken, _, requested),) = db.fetchall(statement, params, alias)
+        cancelled = self._answer_cancels(handles, requested)
+        ended = [handle for handle in handles if handle.id not in cancelled]
         _mark_finished(
-            handles,
+            ended,
             [
                 (signals.DEAD, signals.MAX_ATTEMPTS_EXCEEDED)
                 if handle.is_last_attempt
                 else (signals.RETRIED, None)
-                for handle in handles
+                for handle in ended
             ],
         )
         return int(retried) + int(promoted) + int(dead)
+
+    def _answer_cancels(self, handles: Sequence[JobHandle], requested: Any) -> set[int]:
+        """Stop the claims among `handles` that a cancel request binds (S38; `requested`:
+        reasons by job id, as the statement returned them), which it did not complete:
+        each handler is told, and the job is dead-lettered with the request's reason.
+        Inside a transaction (a fence, transaction mode) the completion must not commit
+        with it: Cancelled is raised, which rolls that transaction back. Returns the ids.
+        """
+        reasons: dict[str, str] = db.json_value(requested) or {}
+        if not reasons:
+            return set()
+        stopped = [handle for handle in handles if str(handle.id) in reasons]
+        for handle in stopped:
+            handle.control.cancel(reasons[str(handle.id)])
+        first = stopped[0]
+        if db.in_transaction(first.using):
+            raise Cancelled(
+                f"Job {first.id} ({first.kind}) was cancelled while it ran: "
+                f"{reasons[str(first.id)]}; its completion is refused (S38)."
+            )
+        self.fail_batch([(handle, Failure(reasons[str(handle.id)])) for handle in stopped])
+        return {handle.id for handle in stopped}
 
     def fail_batch(self, failures: Sequence[tuple[JobHandle, Failure]]) -> int:
         """Dead-letter claimed jobs at once (S15): each (handle, failure); the failure's
@@ -393,9 +422,19 @@ class JobManager(JobReads):
         return int(released)
 
     def lock_claim(self, handle: JobHandle) -> bool:
-        """Lock the job row for the current transaction if `handle`'s claim is current."""
+        """Lock the job row for the current transaction if `handle`'s claim is current.
+
+        Raises:
+            Cancelled: a cancel request binds the claim (S38); the handler is told.
+        """
         params = {"id": handle.id, "token": handle.token}
-        return bool(db.fetchall(sql.LOCK_CURRENT_CLAIM, params, handle.using))
+        rows = db.fetchall(sql.LOCK_CURRENT_CLAIM, params, handle.using)
+        if rows and rows[0][1] is not None:
+            handle.control.cancel(rows[0][1])
+            raise Cancelled(
+                f"Job {handle.id} ({handle.kind}) was cancelled while it ran: {rows[0][1]}."
+            )
+        return bool(rows)
 
     def limit_statement_time(self, handle: JobHandle, seconds: float) -> None:
         """Cancel any statement of the current transaction that runs past `seconds` (a
@@ -417,11 +456,12 @@ class JobManager(JobReads):
         """Delete a pending or running job (S18). Returns False when there is no such job.
 
         A running handler is told (S32: `ctx.cancelled`), and its later writes are
-        refused, since its claim is gone. A job inside a transaction right now (a
-        fence, transaction mode) is told only: its worker dead-letters it as
-        "cancelled" once its handler stops.
+        refused, since its claim is gone. A job whose row a transaction holds right now
+        (a fence, transaction mode) gets a cancel request, recorded at once (S38): its
+        handler is told by NOTIFY or at its next heartbeat, no completion of that claim
+        is taken, and its worker dead-letters it as "cancelled".
         """
-        params = {"ids": db.array_of_ids([job_id]), **db.wake_params()}
+        params = {"ids": db.array_of_ids([job_id]), "reason": "cancelled", **db.wake_params()}
         ((deleted, told, _),) = db.fetchall(sql.CANCEL_JOB, params, using)
         return bool(deleted or told)
 
@@ -445,9 +485,9 @@ class JobManager(JobReads):
         """Move pending or running jobs to the dead table with `reason` (requeueable).
 
         Unlike `cancel` (S18, which deletes), the job stays on record. Running handlers
-        are told (S32). Returns how many were moved, or told only (inside a transaction
-        right now: their workers dead-letter them once their handlers stop); finished
-        jobs are skipped.
+        are told (S32). Returns how many were moved, or got a cancel request (S38: a
+        transaction holds their row right now; no completion of that claim is taken, and
+        their workers dead-letter them with `reason`); finished jobs are skipped.
         """
         params = {"ids": db.array_of_ids(job_ids), "reason": reason, **db.wake_params()}
         ((moved, told, _),) = db.fetchall(sql.CANCEL_JOBS, params, using)
@@ -463,6 +503,10 @@ class JobManager(JobReads):
         params = {"limit": limit, "errors_kept": pgjobs_settings.ERRORS_KEPT, **db.wake_params()}
         ((dead, promoted, _dependents),) = db.fetchall(sql.SWEEP_EXPIRED, params, using)
         return int(dead), int(promoted)
+
+    def prune_cancel_requests(self, limit: int, *, using: str | None = None) -> int:
+        """Delete up to `limit` cancel requests that bind no running claim (S38, S24)."""
+        return db.rowcount(sql.PRUNE_CANCEL_REQUESTS, {"limit": limit}, using)
 
     def prune_done(self, limit: int, *, using: str | None = None) -> int:
         """Delete up to `limit` done jobs whose result retention has ended (S24)."""
@@ -518,6 +562,8 @@ def _mark_finished(
     """Mark the handles finished once the current transaction commits (now, if none),
     with how each ended (signals.SUCCEEDED ... and a dead letter's reason), if given.
     A keyed job's end makes the next keyed claim due at once: its key has room."""
+    if not handles:
+        return
 
     def mark() -> None:
         if any(handle.keyed for handle in handles):

@@ -409,6 +409,27 @@ class RateClaim(models.Model):
         return f"{self.scope}@{self.at}"
 
 
+class CancelRequest(models.Model):
+    """A cancel of a running job whose row a transaction held when it came (S38): a
+    fence, a transaction-mode job, a heartbeat or an ack at that moment. Written by the
+    statement that accepted the cancel, without waiting for the row; the job's worker
+    reads it at its next heartbeat (or sooner, by NOTIFY), tells the handler, and every
+    later end of that claim is a cancellation: an ack, a retry or a lapse of it moves
+    the job to the dead table with the request's reason. Keyed by job; the claim it was
+    made against (`claimed_by`) is the only one it binds."""
+
+    job_id = models.BigIntegerField(primary_key=True)
+    claimed_by = models.UUIDField()
+    reason = models.TextField()
+    requested_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "pgjobs_cancel_request"
+
+    def __str__(self) -> str:
+        return f"cancel of job {self.job_id}: {self.reason}"
+
+
 class Schedule(models.Model):
     """A periodic job: a cron expression whose every tick enqueues one job, exactly once
     across any number of replicas (the replica that advances `next_run_at` first enqueues

@@ -130,15 +130,24 @@ class Completer:
     def _record_acks(self, acks: list[tuple[JobHandle, Any]]) -> None:
         handles = [handle for handle, _ in acks]
         acked = self.jobs.ack_batch(handles, [result for _, result in acks])
+        # A claim a cancel request bound (S38) was dead-lettered instead, and told.
+        cancelled = sum(1 for handle in handles if handle.cancelled)
         self.stats.succeeded += acked
-        self.stats.lost += len(handles) - acked
+        self.stats.cancelled += cancelled
+        self.stats.lost += len(handles) - acked - cancelled
 
     def _record_retries(self, retries: list[tuple[JobHandle, Failure, float | None]]) -> None:
         recorded = self.jobs.retry_batch(retries)
-        spent = sum(1 for handle, _, _ in retries if handle.is_last_attempt)
+        self._count_retries([handle for handle, _, _ in retries], recorded)
+
+    def _count_retries(self, handles: list[JobHandle], recorded: int) -> None:
+        # A claim a cancel request bound (S38) was dead-lettered instead, and told.
+        cancelled = sum(1 for handle in handles if handle.cancelled)
+        spent = sum(1 for handle in handles if handle.is_last_attempt and not handle.cancelled)
         self.stats.dead += spent
         self.stats.retried += recorded - spent
-        self.stats.lost += len(retries) - recorded
+        self.stats.cancelled += cancelled
+        self.stats.lost += len(handles) - recorded - cancelled
 
     def _record_fails(self, fails: list[tuple[JobHandle, Failure]]) -> None:
         recorded = self.jobs.fail_batch(fails)
@@ -151,10 +160,7 @@ class Completer:
 
     def _record_timeouts(self, timeouts: list[tuple[JobHandle, Failure]]) -> None:
         recorded = self.jobs.time_out_batch(timeouts)
-        spent = sum(1 for handle, _ in timeouts if handle.is_last_attempt)
-        self.stats.dead += spent
-        self.stats.retried += recorded - spent
-        self.stats.lost += len(timeouts) - recorded
+        self._count_retries([handle for handle, _ in timeouts], recorded)
 
     def _bury_unstorable(self, handle: JobHandle, refused: Exception) -> bool:
         """Dead-letter a job whose outcome the database refused to store (S27); return

@@ -198,6 +198,10 @@ class Executor:
                         return outcome
                     return _as_recorded(outcome)
                 handle.manager.ack_batch([handle], [result])
+        except Cancelled:
+            # A cancel request bound the claim (S38): the lock (on entry) or the ack
+            # refused it, and the transaction rolled back; the worker dead-letters it.
+            return self._finish(handle, Verdict.CANCELLED, started)
         except DatabaseError as error:
             logger.warning(
                 "job id=%s kind=%s attempt=%s: transaction mode could not commit: %s",

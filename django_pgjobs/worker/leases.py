@@ -32,7 +32,7 @@ class Running:
 
     handle: JobHandle
     next_heartbeat: float
-    #: Transaction mode: once started, the job's row lock keeps claimers away.
+    #: Transaction mode: the handler runs in a transaction that holds the job's row.
     atomic: bool
     #: When the claim lapses at the latest, on this process's monotonic clock: measured
     #: from after the claim or heartbeat statement returned, so never before the
@@ -48,10 +48,6 @@ class Running:
     #: whether its outcome came back first (both set under the pool's lock).
     abandoned: bool = False
     delivered: bool = False
-
-    @property
-    def heartbeats(self) -> bool:
-        return not (self.atomic and self.started)
 
     @property
     def deadline(self) -> float | None:
@@ -183,8 +179,8 @@ class Leases:
         due: list[Running] = []
         self.next_heartbeat_at = float("inf")
         for running in self._running.values():
-            if not running.heartbeats:
-                continue
+            # Every claim, whatever locks its row holds (S39): the background heartbeat's
+            # lock is one a fence's or a transaction-mode job's admits.
             if running.next_heartbeat <= now or (
                 running.handle.token in reported
                 and now - running.next_heartbeat + self._every(running) >= PROGRESS_INTERVAL_S
@@ -220,7 +216,7 @@ class Leases:
                 running.next_heartbeat = now + every
                 running.lease_ends = extended_at + running.handle.lease_s
             else:
-                # Locked by a fence right now, or no longer ours: look again soon.
+                # Changed by another statement right now, or no longer ours: look again soon.
                 running.next_heartbeat = now + min(1.0, every)
             self.next_heartbeat_at = min(self.next_heartbeat_at, running.next_heartbeat)
 

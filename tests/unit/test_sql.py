@@ -15,6 +15,7 @@ from django_pgjobs.db import sql
 from django_pgjobs.models import (
     Batch,
     BatchCallback,
+    CancelRequest,
     DeadJob,
     Dependency,
     Job,
@@ -138,11 +139,12 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "due": False,
     },
     "PRUNE_RATE_CLAIMS": {"limit": 10},
+    "PRUNE_CANCEL_REQUESTS": {"limit": 10},
     "LIMIT_STATEMENT_TIME": {"timeout": "1500ms"},
     "PLAN_KEYED_CLAIM": {},
     "RUNNING_JOBS": {"queues": ["default"], "limit": 50},
     "LOCK_CURRENT_CLAIM": {"id": 1, "token": TOKEN},
-    "CANCEL_JOB": {"ids": [1], **WAKE},
+    "CANCEL_JOB": {"ids": [1], "reason": "cancelled", **WAKE},
     "REQUEUE_DEAD_JOB": {"id": 1, **WAKE},
     "NEXT_DUE_IN": {"queues": ["default"]},
     "SWEEP_EXPIRED": {"limit": 10, "errors_kept": 10, **WAKE},
@@ -334,6 +336,7 @@ def test_statement_names_only_the_models_tables_and_opens_with_a_comment(name: s
         Dependency,
         Batch,
         BatchCallback,
+        CancelRequest,
     )
     assert tables <= {model._meta.db_table for model in models}
     assert Job._meta.db_table == sql.JOB_TABLE and DeadJob._meta.db_table == sql.DEAD_TABLE

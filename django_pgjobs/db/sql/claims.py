@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 
 from django_pgjobs.db.sql.fragments import (
+    CANCELS_REQUESTED,
     CLAIM_IS_CURRENT,
     CLAIM_PICKED,
     CLAIMABLE,
@@ -22,6 +23,7 @@ from django_pgjobs.db.sql.fragments import (
     KEPT_COLUMNS,
     KEPT_COLUMNS_OF_J,
     NEXT_DUE_SECONDS,
+    NOT_CANCEL_REQUESTED,
     PROMOTE_RERUN,
     QUEUE_ALLOWANCE,
     UNKEYED,
@@ -138,10 +140,13 @@ RESCUE_LAPSED_JOBS = f"""
 -- Take back up to %(limit)s claims whose lease lapsed, of %(queues)s (NULL: of every
 -- queue) (S9): pending again with the attempt counted, so the next claim consumes another;
 -- dead with 'max attempts exceeded' when none is left; or the key's pending trigger
--- promoted (S3). Each lapsed attempt is recorded in the job's errors as 'lease lapsed'.
+-- promoted (S3); dead with its cancel request's reason when one binds the claim (S38).
+-- Each lapsed attempt is recorded in the job's errors as 'lease lapsed'.
 WITH target AS (
     SELECT j.id, j.attempts >= j.max_attempts AS exhausted,
            j.rerun_payload IS NOT NULL AS has_rerun,
+           (SELECT c.reason FROM pgjobs_cancel_request AS c
+            WHERE c.job_id = j.id AND c.claimed_by = j.claimed_by) AS cancel_reason,
            jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', 'lease lapsed',
                               'traceback', NULL, 'exception', NULL,
                               'worker_id', j.worker_id) AS entry
@@ -159,22 +164,25 @@ requeued AS (
         errors = jsonb_path_query_array(j.errors || jsonb_build_array(t.entry),
                  '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
     FROM target AS t
-    WHERE j.id = t.id AND NOT t.exhausted AND NOT t.has_rerun
+    WHERE j.id = t.id AND NOT t.exhausted AND NOT t.has_rerun AND t.cancel_reason IS NULL
     RETURNING j.queue, j.run_after
 ),
 buried AS (
     DELETE FROM pgjobs_job AS j USING target AS t
-    WHERE j.id = t.id AND t.exhausted AND NOT t.has_rerun
-    RETURNING j.*, t.entry AS final_entry
+    WHERE j.id = t.id AND (t.exhausted OR t.cancel_reason IS NOT NULL) AND NOT t.has_rerun
+    RETURNING j.*, t.entry AS final_entry, t.cancel_reason
 ),
 dead AS (
     INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, died_at)
     SELECT j.id, {KEPT_COLUMNS_OF_J}, 'lease lapsed',
            jsonb_path_query_array(j.errors || jsonb_build_array(j.final_entry),
            '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1)),
-           'max attempts exceeded', now()
+           coalesce(j.cancel_reason, 'max attempts exceeded'), now()
     FROM buried AS j
     RETURNING id
+),
+answered AS (
+    DELETE FROM pgjobs_cancel_request AS c USING buried AS b WHERE c.job_id = b.id
 ),
 promoted AS (
     UPDATE pgjobs_job AS j
@@ -209,6 +217,8 @@ SELECT {NEXT_DUE_SECONDS}
 ACK_JOBS = f"""
 -- Complete claimed jobs whose claim is current (S12, S17): delete each, keep it as done
 -- with its result while it has result retention, or promote its pending trigger (S3).
+-- A claim a cancel request binds is not acked (S38): the last column says which, with
+-- the request's reason, for the caller to dead-letter.
 WITH target AS (
     SELECT j.id, t.result, j.rerun_payload IS NOT NULL AS has_rerun, j.result_ttl_s,
            j.has_children, j.has_parents
@@ -216,7 +226,7 @@ WITH target AS (
          AS t(id, token, result)
     CROSS JOIN LATERAL (
         SELECT * FROM pgjobs_job AS j
-        WHERE j.id = t.id AND {CLAIM_IS_CURRENT}
+        WHERE j.id = t.id AND {CLAIM_IS_CURRENT} AND {NOT_CANCEL_REQUESTED}
         FOR UPDATE
     ) AS j
 ),
@@ -247,13 +257,15 @@ woke AS (
 {DEPENDENTS_OF_ACKED}
 SELECT (SELECT count(*) FROM deleted) + (SELECT count(*) FROM kept)
        + (SELECT count(*) FROM promoted),
-       (SELECT count(*) FROM woke) + (SELECT count(*) FROM dependents), {COMMIT_MODE}
+       (SELECT count(*) FROM woke) + (SELECT count(*) FROM dependents), {COMMIT_MODE},
+       {CANCELS_REQUESTED}
 """
 
 RETRY_JOBS = f"""
 -- Record a failed attempt of claimed jobs whose claim is current (S13): back to pending
 -- after the given delay, or dead with 'max attempts exceeded' when attempts are spent;
--- a pending trigger (S3) is promoted instead of either.
+-- a pending trigger (S3) is promoted instead of either. A claim a cancel request binds
+-- is not retried (S38): the last column says which, for the caller to dead-letter.
 WITH target AS (
     SELECT j.id, t.error, t.delay_s,
            jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', t.error,
@@ -266,7 +278,7 @@ WITH target AS (
          AS t(id, token, error, traceback, exception, delay_s)
     CROSS JOIN LATERAL (
         SELECT * FROM pgjobs_job AS j
-        WHERE j.id = t.id AND {CLAIM_IS_CURRENT}
+        WHERE j.id = t.id AND {CLAIM_IS_CURRENT} AND {NOT_CANCEL_REQUESTED}
         FOR UPDATE
     ) AS j
 ),
@@ -311,7 +323,7 @@ woke AS (
 {DEPENDENTS_OF_BURIED}
 SELECT (SELECT count(*) FROM retried), (SELECT count(*) FROM promoted),
        (SELECT count(*) FROM dead), (SELECT count(*) FROM woke) + (SELECT count(*) FROM dependents),
-       {COMMIT_MODE}
+       {COMMIT_MODE}, {CANCELS_REQUESTED}
 """
 
 #: RETRY_JOBS for the worker's own record of a timed-out attempt (S33), whose handler
@@ -325,7 +337,8 @@ TIME_OUT_JOBS = RETRY_JOBS.replace(
 
 FAIL_JOBS = f"""
 -- Dead-letter claimed jobs whose claim is current at once (S15), with the caller's reason
--- verbatim; a pending trigger (S3) is promoted instead.
+-- verbatim, or a cancel request's that binds the claim (S38: a cancel wins); a pending
+-- trigger (S3) is promoted instead.
 WITH target AS (
     SELECT j.id, t.error,
            jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', t.error,
@@ -361,9 +374,15 @@ dead AS (
     SELECT j.id, {KEPT_COLUMNS_OF_J}, j.final_error,
            jsonb_path_query_array(j.errors || jsonb_build_array(j.final_entry),
            '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1)),
-           j.final_error, now()
+           coalesce((SELECT c.reason FROM pgjobs_cancel_request AS c
+                     WHERE c.job_id = j.id AND c.claimed_by = j.claimed_by),
+                    j.final_error), now()
     FROM buried AS j
     RETURNING id
+),
+answered AS (
+    -- The cancel requests these ends answer (S38).
+    DELETE FROM pgjobs_cancel_request AS c USING buried AS b WHERE c.job_id = b.id
 ),
 woke AS (
     SELECT pg_notify(%(channel)s, p.queue)
@@ -377,13 +396,14 @@ SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM promoted),
 RELEASE_JOBS = f"""
 -- Hand claims back at shutdown (S25): pending again with the attempt refunded, or the
 -- pending trigger promoted; wake the workers of their queues. A row a still-running
--- transaction holds is skipped: it comes back when its lease lapses.
+-- transaction holds is skipped: it comes back when its lease lapses; so is a claim a
+-- cancel request binds (S38): its lapse dead-letters it.
 WITH target AS (
     SELECT j.id, j.rerun_payload IS NOT NULL AS has_rerun
     FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS t(id, token)
     CROSS JOIN LATERAL (
         SELECT * FROM pgjobs_job AS j
-        WHERE j.id = t.id AND {CLAIM_IS_CURRENT}
+        WHERE j.id = t.id AND {CLAIM_IS_CURRENT} AND {NOT_CANCEL_REQUESTED}
         FOR UPDATE SKIP LOCKED
     ) AS j
 ),
@@ -414,9 +434,11 @@ SELECT (SELECT count(*) FROM released) + (SELECT count(*) FROM promoted),
 
 # Two heartbeats, that differ in how they take the row lock: a handler's own heartbeat
 # waits for a lock another transaction holds a moment (the worker's background
-# heartbeat, say) rather than be refused; the worker's background heartbeat skips rows a
-# fence or a transaction-mode job holds for long, since that lock keeps every claimer
-# away anyway.
+# heartbeat, say) rather than be refused; the worker's background heartbeat skips a row
+# another statement is changing right now, and tries it again soon. Both lock the row
+# FOR NO KEY UPDATE, which a fence's or a transaction-mode job's lock (FOR KEY SHARE,
+# LOCK_CURRENT_CLAIM) admits: a running job is heartbeaten whatever locks its row holds
+# (S39), so that its lease, and the slot of its key or queue, never lapse under it.
 HEARTBEAT_JOBS = f"""
 -- Extend current claims to now() + extend (S11: an absolute reset); a lapsed or
 -- superseded claim is refused. Returns the jobs extended and their new deadline.
@@ -427,7 +449,7 @@ WITH target AS (
     CROSS JOIN LATERAL (
         SELECT * FROM pgjobs_job AS j
         WHERE j.id = t.id AND {CLAIM_IS_CURRENT}
-        FOR UPDATE
+        FOR NO KEY UPDATE
     ) AS j
 )
 UPDATE pgjobs_job AS j
@@ -438,13 +460,13 @@ RETURNING j.id, j.claimed_until, {COMMIT_MODE}
 """
 
 HEARTBEAT_UNLOCKED_JOBS = f"""
--- HEARTBEAT_JOBS for the worker's background heartbeats: rows locked by a running fence
--- or transaction-mode job are skipped (that lock already keeps every claimer away), and
--- each claim's latest progress report (NULL: none) is stored with the time. Returns
--- every claim given: its new deadline if extended, and, if its job was dead-lettered
--- under this claim (cancelled, say), why: the worker tells its handler (S32, when the
--- notification was lost). A job gone otherwise (done by a newer claim after this one
--- lapsed) is not this claim's to end: its handler runs on, fenced, and is lost (S16).
+-- HEARTBEAT_JOBS for the worker's background heartbeats: a row another statement is
+-- changing right now is skipped (tried again soon), and each claim's latest progress
+-- report (NULL: none) is stored with the time. Returns every claim given: its new
+-- deadline if extended, and, if it must stop, why: a cancel request binds it (S38), its
+-- job was dead-lettered under this claim (cancelled, say), or its row is gone (deleted
+-- by cancel(), or ended under a newer claim after this one lapsed): the worker tells its
+-- handler (S32, when the notification was lost or never sent).
 WITH given AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(extends_s)s::float8[],
                          %(progress)s::jsonb[]) AS t(id, token, extend_s, progress)
@@ -455,7 +477,7 @@ target AS (
     CROSS JOIN LATERAL (
         SELECT * FROM pgjobs_job AS j
         WHERE j.id = t.id AND {CLAIM_IS_CURRENT}
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE SKIP LOCKED
     ) AS j
 ),
 extended AS (
@@ -467,11 +489,15 @@ extended AS (
     RETURNING j.id, j.claimed_until
 )
 SELECT t.id, e.claimed_until,
-       CASE WHEN e.id IS NOT NULL THEN NULL
-            WHEN EXISTS (SELECT 1 FROM pgjobs_job AS j WHERE j.id = t.id) THEN NULL
-            ELSE (SELECT d.reason FROM pgjobs_dead AS d
-                  WHERE d.id = t.id AND d.claimed_by = t.token)
-       END AS gone,
+       coalesce(
+           (SELECT c.reason FROM pgjobs_cancel_request AS c
+            WHERE c.job_id = t.id AND c.claimed_by = t.token),
+           CASE WHEN e.id IS NOT NULL THEN NULL
+                WHEN EXISTS (SELECT 1 FROM pgjobs_job AS j WHERE j.id = t.id) THEN NULL
+                ELSE coalesce((SELECT d.reason FROM pgjobs_dead AS d
+                               WHERE d.id = t.id AND d.claimed_by = t.token),
+                              'gone')
+           END) AS gone,
        {COMMIT_MODE}
 FROM given AS t
 LEFT JOIN extended AS e ON e.id = t.id
@@ -487,9 +513,13 @@ RETURNING j.id
 """
 
 LOCK_CURRENT_CLAIM = f"""
--- Lock a job row for the rest of the transaction if its claim is current (S16, S21).
-SELECT j.id
+-- Lock a job row for the rest of the transaction if its claim is current (S16, S21),
+-- and say whether a cancel request binds the claim (its reason; NULL: none, S38). FOR
+-- KEY SHARE keeps every claimer, rescuer, cancel and sweep away (they take the row FOR
+-- UPDATE or delete it) and lets the worker's heartbeats in (S39).
+SELECT j.id, (SELECT c.reason FROM pgjobs_cancel_request AS c
+              WHERE c.job_id = j.id AND c.claimed_by = j.claimed_by)
 FROM pgjobs_job AS j, (SELECT %(token)s::uuid AS token) AS t
 WHERE j.id = %(id)s AND {CLAIM_IS_CURRENT}
-FOR UPDATE OF j
+FOR KEY SHARE OF j
 """

@@ -14,6 +14,20 @@ CLAIM_IS_CURRENT = (
     "(j.state = 'running' AND j.claimed_by = t.token AND j.claimed_until > now()) IS TRUE"
 )
 
+#: S38 for the lateral probe of a claim's row `j`: no cancel request binds this claim.
+#: A claim with one cannot ack, retry or be handed back: its worker dead-letters it
+#: with the request's reason (CANCELS_REQUESTED tells which).
+NOT_CANCEL_REQUESTED = (
+    "NOT EXISTS (SELECT 1 FROM pgjobs_cancel_request AS c"
+    " WHERE c.job_id = j.id AND c.claimed_by = j.claimed_by)"
+)
+
+#: The cancel requests (S38) binding the claims %(ids)s/%(tokens)s, as a JSON object of
+#: reasons by job id ({} when none: one probe of an empty table, as a rule).
+CANCELS_REQUESTED = """(SELECT coalesce(jsonb_object_agg(c.job_id, c.reason), '{}')
+        FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS g(id, token)
+        JOIN pgjobs_cancel_request AS c ON c.job_id = g.id AND c.claimed_by = g.token)"""
+
 #: The columns a job keeps when it moves between the live and the dead table, and the
 #: same of a job row `j`.
 KEPT_COLUMNS = (

@@ -121,9 +121,11 @@ SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
 
 # The cancel statements. A pending job is cancelled once a claim that holds its row a
 # moment lets go (it may be running by then). A running one is cancelled at once unless
-# a transaction holds its row (a fence, transaction mode): that one is told only, and
-# its worker dead-letters it as cancelled when its handler stops (S32). Every running
-# job's worker is told over NOTIFY, "pgjobs.cancel:<id>:<token>", delivered at commit.
+# a transaction holds its row (a fence, transaction mode, a heartbeat or an ack at that
+# moment): for that one a cancel request is recorded (S38), without waiting for the row;
+# its worker finds it at the next heartbeat, tells the handler, and dead-letters the job
+# with the request's reason when the handler stops; no ack of that claim is taken. Every
+# running job's worker is also told over NOTIFY, "pgjobs.cancel:<id>:<token>", at commit.
 _CANCEL_TARGETS = """seen AS (
     SELECT j.id, j.state, j.claimed_by FROM pgjobs_job AS j
     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state IN ('waiting', 'pending', 'running')
@@ -141,6 +143,16 @@ unheld AS (
 held AS (
     SELECT s.id, s.claimed_by FROM seen AS s
     WHERE s.state = 'running' AND s.id NOT IN (SELECT id FROM unheld)
+),
+requested AS (
+    -- S38: durable whatever locks the row holds; a request of an older claim is replaced.
+    INSERT INTO pgjobs_cancel_request AS c (job_id, claimed_by, reason, requested_at)
+    SELECT h.id, h.claimed_by, %(reason)s, now() FROM held AS h
+    ON CONFLICT (job_id) DO UPDATE
+    SET claimed_by = excluded.claimed_by, reason = excluded.reason,
+        requested_at = excluded.requested_at
+    WHERE c.claimed_by <> excluded.claimed_by
+    RETURNING c.job_id
 ),
 buried AS (
     DELETE FROM pgjobs_job AS j
@@ -170,8 +182,8 @@ LIMIT %(limit)s
 
 CANCEL_JOB = f"""
 -- Delete a pending or running job (S18); a running handler is told (S32) and its later
--- writes are refused. Returns the jobs deleted, and those told only (a transaction holds
--- them: their worker dead-letters them as cancelled).
+-- writes are refused. Returns the jobs deleted, and those whose cancel was recorded as a
+-- request (a transaction holds them, S38: their worker dead-letters them with %(reason)s).
 WITH {_CANCEL_TARGETS},
 {_TELL_CANCELLED},
 {DEPENDENTS_OF_BURIED},
@@ -187,7 +199,7 @@ SELECT (SELECT count(*) FROM buried), (SELECT count(*) FROM held),
 CANCEL_JOBS = f"""
 -- Move pending or running jobs to the dead table with %(reason)s (requeueable); running
 -- handlers are told (S32) and their later writes refused (S10). Returns the jobs moved,
--- and those told only (a transaction holds them: their worker dead-letters them).
+-- and those whose cancel was recorded as a request (a transaction holds them, S38).
 WITH {_CANCEL_TARGETS},
 dead AS (
     INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, died_at)
@@ -271,6 +283,19 @@ woke AS (
 {DEPENDENTS_OF_BURIED}
 SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM promoted),
        (SELECT count(*) FROM dependents)
+"""
+
+PRUNE_CANCEL_REQUESTS = """
+-- Delete up to %(limit)s cancel requests (S38) that bind no running claim any more: the
+-- job ended under that claim (acked while the cancel came, or dead), or it is gone.
+DELETE FROM pgjobs_cancel_request
+WHERE job_id IN (
+    SELECT c.job_id FROM pgjobs_cancel_request AS c
+    WHERE NOT EXISTS (SELECT 1 FROM pgjobs_job AS j
+                      WHERE j.id = c.job_id AND j.state = 'running'
+                        AND j.claimed_by = c.claimed_by)
+    LIMIT %(limit)s
+)
 """
 
 PRUNE_DONE = f"""

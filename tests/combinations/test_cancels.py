@@ -1,0 +1,187 @@
+"""Cancels, heartbeats and row locks where they meet (S32, S38, S39): a cancel while a
+fence, a transaction-mode job or a heartbeat holds the job's row, with NOTIFY off (the
+PgBouncer setup) and on; leases kept for as long as such a row is held."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from django_pgjobs.models import DeadJob, Job
+from tests.concurrency.test_limits import most_at_once
+from tests.helpers import count, dead_row, execute, other_connection, running_worker, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LISTEN = pytest.mark.parametrize("listen", [True, False], ids=["notify", "poll-only"])
+
+
+def notes(text: str) -> int:
+    return count("tests_note", "text = %s", [text])
+
+
+def reason_of(job_id: int) -> str | None:
+    found = dead_row(job_id, "reason")
+    return found[0] if found else None
+
+
+class TestS38CancelsOfHeldRows:
+    @LISTEN
+    def test_s38_a_cancel_during_a_fence_is_recorded_and_the_ack_refused(
+        self, listen: bool
+    ) -> None:
+        """The fence holds the row when the cancel comes: the cancel is recorded at
+        once, the fence's ack is refused and its writes roll back; the job ends as a
+        dead letter with the cancel's reason, not done."""
+        job_id = Job.objects.enqueue("tests.fenced_acker", {"seconds": 1.5}).id
+        with running_worker(queues=["long"], listen=listen, poll_interval=0.2):
+            wait_until(lambda: _fence_holds(job_id), timeout=10)
+            assert Job.objects.cancel_many([job_id], reason="stop: wrong customer") == 1
+            assert execute(
+                "SELECT reason FROM pgjobs_cancel_request WHERE job_id = %s", [job_id]
+            ) == [("stop: wrong customer",)]
+            wait_until(lambda: reason_of(job_id) is not None, timeout=15)
+        assert reason_of(job_id) == "stop: wrong customer"
+        assert notes("committed with the ack") == 0
+        assert count("pgjobs_job", "id = %s", [job_id]) == 0
+        assert count("pgjobs_cancel_request") == 0
+
+    @LISTEN
+    def test_s38_a_cancel_of_a_transaction_mode_job_rolls_its_writes_back(
+        self, listen: bool
+    ) -> None:
+        job_id = Job.objects.enqueue("tests.atomic_sleeper", {"seconds": 1.5}).id
+        with running_worker(queues=["long"], listen=listen, poll_interval=0.2):
+            wait_until(lambda: _fence_holds(job_id), timeout=10)
+            assert Job.objects.cancel_many([job_id]) == 1
+            wait_until(lambda: reason_of(job_id) is not None, timeout=15)
+        assert reason_of(job_id) == "cancelled"
+        assert notes("committed with the ack") == 0
+
+    def test_s38_a_cancel_while_an_ack_holds_the_row_is_recorded_not_lost(self) -> None:
+        """A worker's ack (or heartbeat) holds the row a moment: the cancel neither
+        waits nor pretends. It records a request, which binds the claim if it is still
+        the current one."""
+        job_id = Job.objects.enqueue("tests.noop").id
+        (handle,) = Job.objects.claim_batch("default", 1, "w")
+        with other_connection(autocommit=False) as holder:
+            holder.execute("SELECT 1 FROM pgjobs_job WHERE id = %s FOR NO KEY UPDATE", [job_id])
+            assert Job.objects.cancel_many([job_id]) == 1
+            holder.rollback()
+        assert handle.ack() is False
+        assert handle.cancelled and handle.control.reason == "cancelled"
+        assert reason_of(job_id) == "cancelled"
+
+    def test_s38_a_fence_entered_after_a_cancel_raises_cancelled(self) -> None:
+        from django_pgjobs.exceptions import Cancelled
+
+        job_id = Job.objects.enqueue("tests.noop").id
+        (handle,) = Job.objects.claim_batch("default", 1, "w")
+        with other_connection(autocommit=False) as holder:
+            holder.execute("SELECT 1 FROM pgjobs_job WHERE id = %s FOR KEY SHARE", [job_id])
+            Job.objects.cancel_many([job_id], reason="cancelled by ops")
+            holder.rollback()
+        with pytest.raises(Cancelled), handle.fenced():
+            execute("INSERT INTO tests_note (text, created_at) VALUES ('fenced', now())")
+        assert notes("fenced") == 0
+        assert handle.cancelled and handle.control.reason == "cancelled by ops"
+
+    def test_s38_a_cancelled_claim_that_lapses_dies_with_the_cancel_reason(self) -> None:
+        """Its worker gone, a cancelled claim's lapse ends it as cancelled, not as a
+        retry, and a shutdown's hand-back never puts it back in line."""
+        job_id = Job.objects.enqueue("tests.noop").id
+        (handle,) = Job.objects.claim_batch("default", 1, "w")
+        with other_connection(autocommit=False) as holder:
+            holder.execute("SELECT 1 FROM pgjobs_job WHERE id = %s FOR KEY SHARE", [job_id])
+            Job.objects.cancel_many([job_id])
+            holder.rollback()
+        assert Job.objects.release_batch([handle]) == 0
+        execute(
+            "UPDATE pgjobs_job SET claimed_until = now() - interval '1 s' WHERE id = %s", [job_id]
+        )
+        assert Job.objects.claim_batch("default", 5, "w2") == []
+        assert reason_of(job_id) == "cancelled"
+        assert count("pgjobs_cancel_request") == 0
+
+    def test_s24_s38_a_request_too_late_for_its_claim_is_swept(self) -> None:
+        """A cancel that came while the ack was committing binds nothing once the job
+        is done: the sweep removes the request, a new claim of the job is free of it."""
+        from django_pgjobs.maintenance import Sweeper
+
+        job_id = Job.objects.enqueue("tests.noop", key="k", result_retention=60).id
+        (handle,) = Job.objects.claim_batch("default", 1, "w")
+        execute(
+            "INSERT INTO pgjobs_cancel_request (job_id, claimed_by, reason, requested_at) "
+            "VALUES (%s, gen_random_uuid(), 'cancelled', now())",
+            [job_id],
+        )
+        assert handle.ack() is True  # the request binds another claim, not this one
+        Sweeper(take_turns=False).run_once()
+        assert count("pgjobs_cancel_request") == 0
+
+    @LISTEN
+    def test_s32_s38_cancel_deletes_and_reaches_the_handler(self, listen: bool) -> None:
+        """`cancel()` deletes the row: with NOTIFY off the heartbeat finds it gone and
+        tells the handler."""
+        job_id = Job.objects.enqueue("tests.patient", {"seconds": 30}).id
+        with running_worker(queues=["long"], listen=listen, poll_interval=0.2) as worker:
+            wait_until(lambda: notes("started") == 1, timeout=10)
+            assert Job.objects.cancel(job_id) is True
+            wait_until(lambda: count("tests_note", "text LIKE 'told: %%'") == 1, timeout=10)
+            wait_until(lambda: worker.stats.cancelled == 1, timeout=5)
+        assert count("pgjobs_job", "id = %s", [job_id]) == 0
+        assert not DeadJob.objects.filter(id=job_id).exists()
+
+
+class TestS39LocksKeepTheirLease:
+    @LISTEN
+    @pytest.mark.parametrize("how", ["fence", "atomic"])
+    def test_s34_s39_a_held_row_keeps_its_key_slot_past_its_lease(
+        self, listen: bool, how: str
+    ) -> None:
+        """A fence, or a transaction-mode job, runs 3 s on a 2 s lease: it is heartbeaten
+        all along, so the second job of its concurrency=1 key waits for it, and each
+        runs once."""
+        kind = "tests.locked_tenant" if how == "fence" else "tests.atomic_tenant"
+        payload = {"tenant": "t", "seconds": 3.0} | ({"how": "fence"} if how == "fence" else {})
+        first = Job.objects.enqueue(kind, payload).id
+        second = Job.objects.enqueue(kind, payload).id
+        with running_worker(queues=["long"], concurrency=3, listen=listen, poll_interval=0.2):
+            wait_until(lambda: count("pgjobs_job") == 0, timeout=30)
+        assert count("pgjobs_dead") == 0
+        spans = _spans(how)
+        assert sorted(spans) == sorted([first, second])
+        assert all(len(runs) == 1 for runs in spans.values())
+        assert most_at_once([run for runs in spans.values() for run in runs]) == 1
+
+
+def _fence_holds(job_id: int) -> bool:
+    """Whether a transaction other than this one holds a lock on the job's row."""
+    rows = execute(
+        "SELECT count(*) FROM pgjobs_job AS j WHERE j.id = %s AND j.state = 'running' "
+        "AND NOT EXISTS (SELECT 1 FROM pgjobs_job AS x WHERE x.id = j.id "
+        "FOR UPDATE SKIP LOCKED)",
+        [job_id],
+    )
+    return rows == [(1,)]
+
+
+def _spans(how: str) -> dict[int, list[tuple[datetime, datetime]]]:
+    """Each job's runs, [start, end] by the database's clock."""
+    spans: dict[int, list[tuple[datetime, datetime]]] = {}
+    if how == "fence":
+        rows = execute(
+            "SELECT s.job_id, s.created_at, e.created_at FROM tests_note AS s "
+            "JOIN tests_note AS e ON e.token = s.token AND e.text = 't end' "
+            "WHERE s.text = 't start'"
+        )
+        for job_id, started, ended in rows:
+            spans.setdefault(job_id, []).append((started, ended))
+        return spans
+    for job_id, text in execute("SELECT job_id, text FROM tests_note"):
+        _, started, ended = text.split(" ")
+        spans.setdefault(job_id, []).append(
+            (datetime.fromisoformat(started), datetime.fromisoformat(ended))
+        )
+    return spans
