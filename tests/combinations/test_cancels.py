@@ -23,7 +23,7 @@ def notes(text: str) -> int:
 
 def reason_of(job_id: int) -> str | None:
     found = dead_row(job_id, "reason")
-    return found[0] if found else None
+    return None if found is None else str(found[0])
 
 
 class TestS38CancelsOfHeldRows:
