@@ -79,7 +79,13 @@ class Batch:
         self.using = using
         self.id: int | None = None
         self.members: list[EnqueueResult] = []
-        self.fired: list[EnqueueResult] = []
+        #: The callbacks' jobs as written, in the order on_success, on_failure,
+        #: on_complete (those given); which of them the end released is
+        #: `get_batch(b.id).fired`.
+        self.callback_jobs: list[EnqueueResult] = []
+        self.on_success: EnqueueResult | None = None
+        self.on_failure: EnqueueResult | None = None
+        self.on_complete: EnqueueResult | None = None
         self._pending: list[ResolvedJob] = []
 
     def add(self, target: Any, /, **payload: Any) -> EnqueueResult | None:
@@ -117,9 +123,11 @@ class Batch:
             return
         everything = [*self._pending, *(job for _, job in self.callbacks)]
         self.using = self.using or database_of_jobs(everything, "a batch")
-        self.id, self.members, self.fired = BatchModel.objects.write(
+        self.id, self.members, self.callback_jobs = BatchModel.objects.write(
             self._pending, self.callbacks, seal=not self.open, using=self.using
         )
+        for (fires_on, _), written in zip(self.callbacks, self.callback_jobs, strict=True):
+            setattr(self, f"on_{fires_on}", written)
         self._pending = []
 
     def __enter__(self) -> Batch:
