@@ -5,7 +5,8 @@ statements: lock the unfinished parents (LOCK_PARENTS), read where the others st
 (PARENT_STANDING, a fresh snapshot once the locks are held), then write every job and
 edge at once (ENQUEUE_DEPENDENT_JOBS). A locked parent cannot end before this
 transaction commits, and its end then sees the child (see db/sql/workflows.py); a parent
-that ended before is taken as it ended.
+that ended before is taken as it ended, as far as a trace of it says (S40): done (kept
+by result retention) or dead; one that left no trace is refused.
 """
 
 from __future__ import annotations
@@ -23,9 +24,6 @@ from django_pgjobs.records import EnqueueResult
 
 Entry = TypeVar("Entry", bound=tuple[Any, ...])
 
-#: What ENQUEUE_DEPENDENT_JOBS calls a parent, by what PARENT_STANDING found ("live"
-#: parents are the ones LOCK_PARENTS locked; "dead" depends on on_failure).
-STANDING_OF = {"done": "done", "gone": "done"}
 
 
 def enqueue_dependent(
@@ -34,8 +32,10 @@ def enqueue_dependent(
     """Write `jobs`, each after its `edges`, in one statement and one transaction.
 
     Raises:
-        InvalidDependency: a parent that names no job, a dead parent without
-            on_failure="run", a keyed job; nothing is written.
+        InvalidDependency: a parent that names no job, or a job that left no trace
+            (S40: acked without result retention, cancelled, deleted, pruned, rolled
+            back), a dead parent without on_failure="run", a keyed job; nothing is
+            written.
     """
     for index, job in enumerate(jobs):
         if job.key is not None:
@@ -86,10 +86,8 @@ def _standing(parents: list[int], using: str | None) -> dict[int, tuple[str, str
 def _edge_standing(edge: Edge, standing: dict[int, tuple[str, str | None]]) -> str:
     assert edge.parent_id is not None
     where, reason = standing[edge.parent_id]
-    if where == "open":
-        return "open"
-    if where in STANDING_OF:
-        return STANDING_OF[where]
+    if where in ("open", "done"):
+        return where
     if where == "dead":
         if edge.on_failure == "run":
             return "failed"
@@ -101,6 +99,15 @@ def _edge_standing(edge: Edge, standing: dict[int, tuple[str, str | None]]) -> s
         raise exceptions.InvalidDependency(
             f"Parent job {edge.parent_id} came back to life while this job was written "
             "(a requeue); try again. Nothing was written."
+        )
+    if where == "gone":  # S40: only a parent that was done counts as done
+        raise exceptions.InvalidDependency(
+            f"Parent job {edge.parent_id} has ended and left no trace: it was acked without "
+            "result retention, cancelled, deleted or pruned, or a batch's callback that did "
+            "not fire, or its enqueue rolled back; whether it succeeded cannot be told. "
+            "Write the child before its parent can end (in the transaction that writes the "
+            "parent, or in one workflow()), or give the parent result_retention= so that "
+            "its success is kept until the child is written. Nothing was written."
         )
     raise exceptions.InvalidDependency(f"No job has the id {edge.parent_id}. Nothing was written.")
 

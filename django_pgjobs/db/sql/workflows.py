@@ -242,10 +242,11 @@ RETURNING j.id
 """
 
 PARENT_STANDING = """
--- Where each of %(parents)s stands (S29), read after LOCK_PARENTS in the same
+-- Where each of %(parents)s stands (S29, S40), read after LOCK_PARENTS in the same
 -- transaction: 'live' (not ended), 'done', 'dead' (with its reason), 'gone' (its id was
--- handed out by the job table's sequence, and it is in neither table: it was acked or
--- pruned), or 'unknown' (no job ever had that id).
+-- handed out by the job table's sequence, and it is in neither table: acked without
+-- result retention, cancelled, deleted, pruned, or rolled back: whether it was done
+-- cannot be told), or 'unknown' (no job ever had that id).
 SELECT p.id,
        CASE WHEN j.state = 'done' THEN 'done'
             WHEN j.id IS NOT NULL THEN 'live'
@@ -264,8 +265,9 @@ ENQUEUE_DEPENDENT_JOBS = f"""
 -- %(jobs)s as ENQUEUE_JOBS reads it; each edge of %(edges)s a JSON array [child row
 -- (1-based), parent id or null, parent row or null, on_failure, standing], a parent row
 -- being an earlier job of this document, and standing what PARENT_STANDING found
--- ('open': not ended, the child waits for it; 'done'; 'failed': dead, on_failure
--- 'run'). A job with an open edge is written waiting, the others pending (woken).
+-- ('open': not ended, the child waits for it; 'done': done and retained; 'failed': dead,
+-- on_failure 'run'). A job with an open edge is written waiting, the others pending
+-- (woken).
 WITH given AS (
     SELECT i.row, i.n, nextval(pg_get_serial_sequence('pgjobs_job', 'id')) AS id
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS i(row, n)
