@@ -241,6 +241,8 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "RESET_EDGES_FILLFACTOR": {},
     "DROP_END_PARENTS_FUNCTION": {},
     "LOCK_PARENTS": {"parents": [1, 2]},
+    "LOCK_FREE_PARENTS": {"parents": [1, 2]},
+    "WAIT_FOR_PARENT": {"id": 1},
     "PARENT_STANDING": {"parents": [1, 2]},
     "ENQUEUE_DEPENDENT_JOBS": {
         "jobs": '[["default", "demo.t", 0, null, null, 3, 30, null, null, null, null, null,'

@@ -2,8 +2,9 @@
 parent's end does to them.
 
 The rule that makes a dependency sound under concurrency: whoever writes a child locks
-its unfinished parents first (LOCK_PARENTS, which also marks them `has_children`), and
-whoever ends a parent holds that parent's row lock when it reads the parent's edges.
+its unfinished parents first (LOCK_FREE_PARENTS, which also marks them `has_children`
+and never waits for one while it holds another: S41), and whoever ends a parent holds
+that parent's row lock when it reads the parent's edges.
 Inside one statement, though, READ COMMITTED reads with the snapshot the statement
 started with, which may predate the child's commit the lock waited for. So the end of a
 parent is recorded by a VOLATILE function, `pgjobs_end_parents`, whose every statement
@@ -225,10 +226,46 @@ DROP_END_PARENTS_FUNCTION = """
 DROP FUNCTION IF EXISTS pgjobs_end_parents(bigint[], jsonb[], bigint[], text, boolean, bigint[])
 """
 
+LOCK_FREE_PARENTS = """
+-- Lock the unfinished jobs among %(parents)s that no other transaction holds, for the
+-- rest of the transaction, and mark them as having children (S29): their end, which
+-- must wait for this lock, then finds the children this transaction writes. Never waits
+-- (S41). Returns each unfinished parent with whether it was locked; the caller lets go
+-- of them all when one was not (WAIT_FOR_PARENT), and tries again.
+WITH unfinished AS (
+    SELECT p.id FROM pgjobs_job AS p
+    WHERE p.id = ANY(%(parents)s::bigint[]) AND p.state IN ('waiting', 'pending', 'running')
+),
+locked AS (
+    SELECT p.id FROM pgjobs_job AS p
+    WHERE p.id = ANY(%(parents)s::bigint[]) AND p.state IN ('waiting', 'pending', 'running')
+    ORDER BY p.id
+    FOR NO KEY UPDATE OF p SKIP LOCKED
+),
+marked AS (
+    UPDATE pgjobs_job AS j
+    SET has_children = true
+    FROM locked AS l
+    WHERE j.id = l.id
+    RETURNING j.id
+)
+SELECT m.id, true FROM marked AS m
+UNION ALL
+SELECT u.id, false FROM unfinished AS u WHERE u.id NOT IN (SELECT id FROM marked)
+"""
+
+WAIT_FOR_PARENT = """
+-- Wait until no other transaction holds job %(id)s as LOCK_FREE_PARENTS would lock it
+-- (S41): run in a savepoint rolled back at once, holding nothing else of the enqueue's,
+-- so that the wait closes no cycle of locks.
+SELECT p.id FROM pgjobs_job AS p WHERE p.id = %(id)s FOR NO KEY UPDATE
+"""
+
 LOCK_PARENTS = """
--- Lock the unfinished jobs among %(parents)s for the rest of the transaction, in id
--- order, and mark them as having children (S29): their end, which must wait for this
--- lock, then finds the children this transaction writes. Returns the ids locked.
+-- Lock the unfinished jobs among %(parents)s for the rest of the transaction, waiting
+-- for each in id order, and mark them as having children (S29): LOCK_FREE_PARENTS' last
+-- resort, when other transactions held its parents round after round. Returns the ids
+-- locked.
 UPDATE pgjobs_job AS j
 SET has_children = true
 FROM (
@@ -242,7 +279,7 @@ RETURNING j.id
 """
 
 PARENT_STANDING = """
--- Where each of %(parents)s stands (S29, S40), read after LOCK_PARENTS in the same
+-- Where each of %(parents)s stands (S29, S40), read after LOCK_FREE_PARENTS in the same
 -- transaction: 'live' (not ended), 'done', 'dead' (with its reason), 'gone' (its id was
 -- handed out by the job table's sequence, and it is in neither table: acked without
 -- result retention, cancelled, deleted, pruned, or rolled back: whether it was done
