@@ -84,7 +84,7 @@ class TestS41AckAgainstEnqueue:
         self,
     ) -> None:
         for attempt in range(ROUNDS):
-            a, child, b, acked, written = race(
+            _, child, b, acked, written = race(
                 lambda handles: Job.objects.ack_batch(handles, ["a", "b"]),
                 lambda child, b: [child, b],
             )
@@ -106,7 +106,7 @@ class TestS41AckAgainstEnqueue:
         """The failure path deletes the waiting child (a stronger lock than a release):
         the enqueue then finds its parent dead and is refused, nothing written."""
         for attempt in range(ROUNDS):
-            a, child, b, failed, written = race(
+            a, child, _, failed, written = race(
                 lambda handles: Job.objects.fail_batch([(h, Failure("broken")) for h in handles]),
                 lambda child, b: [child, Parent(b, on_failure="run")],
             )
@@ -119,7 +119,7 @@ class TestS41AckAgainstEnqueue:
         self,
     ) -> None:
         for attempt in range(ROUNDS):
-            a, child, b, retried, written = race(
+            *_, retried, written = race(
                 lambda handles: Job.objects.retry_batch(
                     [(h, Failure("again"), 0) for h in handles]
                 ),
@@ -140,11 +140,15 @@ class TestS41AckAgainstEnqueue:
             barrier = threading.Barrier(2)
             outcome: dict[str, Any] = {}
 
-            def ack(handles: list[JobHandle] = handles) -> int:
+            def ack(
+                handles: list[JobHandle] = handles, barrier: threading.Barrier = barrier
+            ) -> int:
                 barrier.wait(10)
                 return Job.objects.ack_batch(handles, ["a", "b"])
 
-            def enqueue(child: Any = child, b: Any = b) -> Any:
+            def enqueue(
+                child: Any = child, b: Any = b, barrier: threading.Barrier = barrier
+            ) -> Any:
                 barrier.wait(10)
                 return Job.objects.enqueue("demo.task", after=[child, b])
 
