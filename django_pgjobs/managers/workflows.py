@@ -199,7 +199,10 @@ def edges_of(job_id: int, using: str | None) -> list[EdgeOf]:
 
 
 def revive_dependents(job_id: int, using: str | None) -> int:
-    """Bring back to waiting the dependents the death of `job_id` took (S30)."""
+    """Bring back to waiting the dependents the death of `job_id` took (S30), those
+    that no other dead parent holds (S40). Inside the requeue's transaction."""
+    if not db.fetchall(sql.LOCK_LOST_EDGES, {"id": job_id}, using):
+        return 0
     ((revived,),) = db.fetchall(sql.REVIVE_DEPENDENTS, {"id": job_id}, using)
     return int(revived)
 

@@ -142,3 +142,80 @@ class TestS40GoneParents:
                 "demo.task", after=[Parent(job_id, on_failure=on_failure) for job_id in ids]
             )
         assert count() == 0 and count("pgjobs_dependency") == 0
+
+
+def end_in(queue: str, how: str) -> int:
+    """Claim the one job of `queue` and end it (`how`: "ack" or "fail"); its id."""
+    (handle,) = Job.objects.claim_batch(queue, 2, "w")
+    assert handle.ack("ok") if how == "ack" else handle.fail("broken")
+    return int(handle.id)
+
+
+class TestS30S40RequeuedParents:
+    """C after [P, Q] (and D after C), both parents dead: C and D died with P."""
+
+    def write(self) -> tuple[Any, Any, Any, Any]:
+        p = Job.objects.enqueue("demo.task", queue="p")
+        q = Job.objects.enqueue("demo.task", queue="q")
+        c = Job.objects.enqueue("demo.task", queue="c", after=[p, q])
+        d = Job.objects.enqueue("demo.task", queue="c", after=[c])
+        end_in("p", "fail")
+        end_in("q", "fail")
+        for job in (c, d):
+            assert where(job.id) == f"dead: dependency failed: {p.id}"
+        return p, q, c, d
+
+    def test_s30_s40_requeueing_one_dead_parent_runs_no_child_whose_other_parent_is_dead(
+        self,
+    ) -> None:
+        p, q, c, d = self.write()
+        assert DeadJob.objects.requeue([p.id]).requeued == 1
+        assert end_in("p", "ack") == p.id
+        assert where(c.id) is not None and where(c.id).startswith("dead: ")  # type: ignore[union-attr]
+        assert where(d.id) is not None and where(d.id).startswith("dead: ")  # type: ignore[union-attr]
+        assert Job.objects.claim_batch("c", 5, "w") == []
+        # Q's requeue brings them back: C waits for Q only (P is done), D for C.
+        assert DeadJob.objects.requeue([q.id]).requeued == 1
+        assert row(c.id, "state", "parents_left") == ("waiting", 1)
+        assert row(d.id, "state", "parents_left") == ("waiting", 1)
+        assert end_in("q", "ack") == q.id
+        (handle,) = Job.objects.claim_batch("c", 5, "w")
+        assert handle.id == c.id
+        assert handle.parent_results() == {p.id: "ok", q.id: "ok"}
+        assert handle.ack()
+        assert where(d.id) == "pending"
+
+    def test_s30_s40_requeueing_the_other_parent_first_then_the_first_brings_the_child_back(
+        self,
+    ) -> None:
+        p, q, c, d = self.write()
+        assert DeadJob.objects.requeue([q.id]).requeued == 1
+        assert where(c.id) == f"dead: dependency failed: {p.id}"  # P is still dead
+        assert DeadJob.objects.requeue([p.id]).requeued == 1
+        assert row(c.id, "state", "parents_left") == ("waiting", 2)
+        assert row(d.id, "state", "parents_left") == ("waiting", 1)
+        end_in("q", "ack")
+        end_in("p", "ack")
+        assert where(c.id) == "pending"
+
+    def test_s30_s40_a_dead_parent_under_on_failure_run_does_not_hold_the_child_back(
+        self,
+    ) -> None:
+        p = Job.objects.enqueue("demo.task", queue="p")
+        q = Job.objects.enqueue("demo.task", queue="q")
+        c = Job.objects.enqueue("demo.task", queue="c", after=[p, Parent(q, on_failure="run")])
+        end_in("p", "fail")
+        end_in("q", "fail")
+        assert DeadJob.objects.requeue([p.id]).requeued == 1
+        assert row(c.id, "state", "parents_left") == ("waiting", 1)
+        end_in("p", "ack")
+        assert where(c.id) == "pending"
+
+    def test_s30_s40_both_parents_requeued_at_once_bring_the_child_back(self) -> None:
+        p, q, c, d = self.write()
+        assert DeadJob.objects.requeue([p.id, q.id]).requeued == 2
+        assert row(c.id, "state", "parents_left") == ("waiting", 2)
+        end_in("p", "ack")
+        end_in("q", "ack")
+        assert where(c.id) == "pending"
+        assert count(where="state = 'waiting'") == 1  # D, for C

@@ -253,6 +253,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         **WAKE,
     },
     "REVIVE_DEPENDENTS": {"id": 1},
+    "LOCK_LOST_EDGES": {"id": 1},
     "PARENT_RESULTS": {"id": 1},
     "JOB_DEPENDENCIES": {"id": 1},
     "WRITE_BATCH": {

@@ -344,36 +344,73 @@ woke AS (
 SELECT g.id, (SELECT count(*) FROM woke) FROM given AS g ORDER BY g.n
 """
 
-REVIVE_DEPENDENTS = f"""
--- Bring back the dependents the death of the requeued job %(id)s took with it (S30):
--- every dead letter 'dependency failed: %(id)s' reachable by its edges, waiting again
--- for the parents whose end is not recorded; the edges from %(id)s and from each other
--- are open again. Locking every edge of theirs first makes a parent ending at the same
--- moment either count here or find them live.
-WITH RECURSIVE lost (id) AS (
+#: The dependents the death of job %(id)s may have taken (S30): every dead letter that
+#: died of a dependency and is reachable by edges from %(id)s, through such letters.
+#: Some of them may have died of another parent, still dead: REVIVE_DEPENDENTS tells.
+LOST_DEPENDENTS = """lost (id) AS (
     SELECT x.id
     FROM pgjobs_dependency AS d
     JOIN pgjobs_dead AS x ON x.id = d.child_id
-    WHERE d.parent_id = %(id)s AND x.reason = 'dependency failed: ' || %(id)s
+    WHERE d.parent_id = %(id)s AND starts_with(x.reason, 'dependency failed: ')
     UNION
     SELECT x.id
     FROM lost AS l
     JOIN pgjobs_dependency AS d ON d.parent_id = l.id
     JOIN pgjobs_dead AS x ON x.id = d.child_id
-    WHERE x.reason = 'dependency failed: ' || %(id)s
+    WHERE starts_with(x.reason, 'dependency failed: ')
+)"""
+
+LOCK_LOST_EDGES = f"""
+-- Lock every edge into the dependents the death of the requeued job %(id)s may have
+-- taken (S30), in id order, for the rest of the transaction: a parent ending meanwhile
+-- then waits for REVIVE_DEPENDENTS, whose fresh snapshot sees every end recorded
+-- before, and finds the dependents it revives live. Returns the edges' ids.
+WITH RECURSIVE {LOST_DEPENDENTS}
+SELECT d.id FROM pgjobs_dependency AS d
+WHERE d.child_id IN (SELECT id FROM lost)
+ORDER BY d.id
+FOR UPDATE
+"""
+
+REVIVE_DEPENDENTS = f"""
+-- Bring back the dependents the death of the requeued job %(id)s took with it (S30,
+-- S40), their edges locked (LOCK_LOST_EDGES): waiting again for the parents whose end
+-- is not recorded. A dependent that has another parent still dead, whose failure
+-- cancels it (or a dead parent that stays dead so), stays dead, and so do its
+-- dependents: the requeue of that parent brings them back. The edges from %(id)s and
+-- from every job back to life are open again, into the dependents that stay dead too,
+-- so that those wait for them when they come back.
+WITH RECURSIVE {LOST_DEPENDENTS},
+held (id) AS (
+    SELECT l.id
+    FROM lost AS l
+    JOIN pgjobs_dependency AS d ON d.child_id = l.id
+    WHERE d.ended = 'failed' AND d.on_failure = 'cancel' AND d.parent_id <> %(id)s
+      AND d.parent_id NOT IN (SELECT id FROM lost)
+    UNION
+    SELECT l.id
+    FROM held AS h
+    JOIN pgjobs_dependency AS d ON d.parent_id = h.id
+    JOIN lost AS l ON l.id = d.child_id
+    WHERE d.ended = 'failed' AND d.on_failure = 'cancel'
+),
+back (id) AS (
+    SELECT %(id)s::bigint
+    UNION ALL
+    SELECT l.id FROM lost AS l WHERE l.id NOT IN (SELECT id FROM held)
 ),
 reopened AS (
     UPDATE pgjobs_dependency AS d
-    SET ended = CASE WHEN d.parent_id = %(id)s OR d.parent_id IN (SELECT id FROM lost)
-                     THEN NULL ELSE d.ended END,
-        parent_result = CASE WHEN d.parent_id = %(id)s
-                                  OR d.parent_id IN (SELECT id FROM lost)
+    SET ended = CASE WHEN d.parent_id IN (SELECT id FROM back) THEN NULL ELSE d.ended END,
+        parent_result = CASE WHEN d.parent_id IN (SELECT id FROM back)
                              THEN NULL ELSE d.parent_result END
     WHERE d.child_id IN (SELECT id FROM lost)
     RETURNING d.child_id, d.ended
 ),
 moved AS (
-    DELETE FROM pgjobs_dead AS x WHERE x.id IN (SELECT id FROM lost) RETURNING x.*
+    DELETE FROM pgjobs_dead AS x
+    WHERE x.id IN (SELECT id FROM back) AND x.id <> %(id)s
+    RETURNING x.*
 ),
 revived AS (
     INSERT INTO pgjobs_job (id, state, parents_left, {KEPT_COLUMNS}, last_error, errors)
