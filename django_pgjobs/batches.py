@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from django_pgjobs.exceptions import InvalidBatch
-from django_pgjobs.managers.batches import FIRES_ON
+from django_pgjobs.managers.batches import FIRES_ON, database_of_batch
 from django_pgjobs.managers.enqueue import database_of_jobs
 from django_pgjobs.options import ResolvedJob
 from django_pgjobs.records import BatchRecord, EnqueueResult
@@ -184,20 +184,28 @@ def add_to_batch(
 
 def seal_batch(batch_id: int, *, using: str | None = None) -> bool:
     """Seal an open batch: it ends with its last member, now if none is left. Returns
-    False if it was sealed already or has ended.
+    False if it was sealed already or has ended. `using`: the batch's database, needed
+    when PGJOBS["QUEUE_DATABASES"] keeps queues in several (`b.using`, `ctx.using`).
 
     Raises:
-        InvalidBatch: no such batch.
+        InvalidBatch: no such batch, or no `using` under several databases.
     """
     from django_pgjobs.models import Batch as BatchModel
 
+    using = database_of_batch(batch_id, using, "seal_batch")
     return BatchModel.objects.seal(batch_id, using=using)
 
 
 def get_batch(batch_id: int, *, using: str | None = None) -> BatchRecord | None:
-    """The batch as stored (state, tally so far, callbacks), or None."""
+    """The batch as stored (state, tally so far, callbacks), or None. `using` as for
+    `seal_batch`.
+
+    Raises:
+        InvalidBatch: no batch id, or no `using` under several databases.
+    """
     from django_pgjobs.models import Batch as BatchModel
 
+    using = database_of_batch(batch_id, using, "get_batch")
     return BatchModel.objects.get_batch(batch_id, using=using)
 
 
