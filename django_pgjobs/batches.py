@@ -83,8 +83,12 @@ class Batch:
         #: on_complete (those given); which of them the end released is
         #: `get_batch(b.id).fired`.
         self.callback_jobs: list[EnqueueResult] = []
+        #: The on_success callback's job once written (None: not given), a parent for
+        #: `after=[b.on_success]`; on_failure and on_complete alike.
         self.on_success: EnqueueResult | None = None
+        #: The on_failure callback's job once written (None: not given).
         self.on_failure: EnqueueResult | None = None
+        #: The on_complete callback's job once written (None: not given).
         self.on_complete: EnqueueResult | None = None
         self._pending: list[ResolvedJob] = []
 

@@ -83,6 +83,7 @@ class TestS41AckAgainstEnqueue:
     def test_s29_s41_an_ack_of_two_parents_and_an_enqueue_after_a_child_and_one_never_deadlock(
         self,
     ) -> None:
+        """S41: the ack releases the child while the enqueue waits, holding nothing."""
         for attempt in range(ROUNDS):
             _, child, b, acked, written = race(
                 lambda handles: Job.objects.ack_batch(handles, ["a", "b"]),
@@ -103,8 +104,9 @@ class TestS41AckAgainstEnqueue:
     def test_s30_s41_a_fail_of_two_parents_and_an_enqueue_after_a_child_and_one_never_deadlock(
         self,
     ) -> None:
-        """The failure path deletes the waiting child (a stronger lock than a release):
-        the enqueue then finds its parent dead and is refused, nothing written."""
+        """S41 on the failure path, which deletes the waiting child (a stronger lock than
+        a release): the enqueue then finds its parent dead and is refused, nothing
+        written."""
         for attempt in range(ROUNDS):
             a, child, _, failed, written = race(
                 lambda handles: Job.objects.fail_batch([(h, Failure("broken")) for h in handles]),
@@ -118,6 +120,7 @@ class TestS41AckAgainstEnqueue:
     def test_s13_s41_a_retry_of_two_parents_and_an_enqueue_after_a_child_and_one_never_deadlock(
         self,
     ) -> None:
+        """S41: a retry ends neither parent; the child is written after both."""
         for attempt in range(ROUNDS):
             *_, retried, written = race(
                 lambda handles: Job.objects.retry_batch(
@@ -130,7 +133,7 @@ class TestS41AckAgainstEnqueue:
             assert row(written.id, "state", "parents_left") == ("waiting", 2)
 
     def test_s29_s41_free_racing_acks_and_enqueues_never_deadlock(self) -> None:
-        """Without a holder: the batch and the enqueue let go at the same moment."""
+        """S41 without a holder: the batch and the enqueue start at the same moment."""
         for attempt in range(20):
             reset()
             a = Job.objects.enqueue("demo.task")
