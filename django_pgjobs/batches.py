@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from django_pgjobs.exceptions import InvalidBatch
-from django_pgjobs.managers.batches import FIRES_ON
+from django_pgjobs.managers.batches import FIRES_ON, database_of_batch
 from django_pgjobs.managers.enqueue import database_of_jobs
 from django_pgjobs.options import ResolvedJob
 from django_pgjobs.records import BatchRecord, EnqueueResult
@@ -79,7 +79,17 @@ class Batch:
         self.using = using
         self.id: int | None = None
         self.members: list[EnqueueResult] = []
-        self.fired: list[EnqueueResult] = []
+        #: The callbacks' jobs as written, in the order on_success, on_failure,
+        #: on_complete (those given); which of them the end released is
+        #: `get_batch(b.id).fired`.
+        self.callback_jobs: list[EnqueueResult] = []
+        #: The on_success callback's job once written (None: not given), a parent for
+        #: `after=[b.on_success]`; on_failure and on_complete alike.
+        self.on_success: EnqueueResult | None = None
+        #: The on_failure callback's job once written (None: not given).
+        self.on_failure: EnqueueResult | None = None
+        #: The on_complete callback's job once written (None: not given).
+        self.on_complete: EnqueueResult | None = None
         self._pending: list[ResolvedJob] = []
 
     def add(self, target: Any, /, **payload: Any) -> EnqueueResult | None:
@@ -117,9 +127,11 @@ class Batch:
             return
         everything = [*self._pending, *(job for _, job in self.callbacks)]
         self.using = self.using or database_of_jobs(everything, "a batch")
-        self.id, self.members, self.fired = BatchModel.objects.write(
+        self.id, self.members, self.callback_jobs = BatchModel.objects.write(
             self._pending, self.callbacks, seal=not self.open, using=self.using
         )
+        for (fires_on, _), written in zip(self.callbacks, self.callback_jobs, strict=True):
+            setattr(self, f"on_{fires_on}", written)
         self._pending = []
 
     def __enter__(self) -> Batch:
@@ -176,20 +188,28 @@ def add_to_batch(
 
 def seal_batch(batch_id: int, *, using: str | None = None) -> bool:
     """Seal an open batch: it ends with its last member, now if none is left. Returns
-    False if it was sealed already or has ended.
+    False if it was sealed already or has ended. `using`: the batch's database, needed
+    when PGJOBS["QUEUE_DATABASES"] keeps queues in several (`b.using`, `ctx.using`).
 
     Raises:
-        InvalidBatch: no such batch.
+        InvalidBatch: no such batch, or no `using` under several databases.
     """
     from django_pgjobs.models import Batch as BatchModel
 
+    using = database_of_batch(batch_id, using, "seal_batch")
     return BatchModel.objects.seal(batch_id, using=using)
 
 
 def get_batch(batch_id: int, *, using: str | None = None) -> BatchRecord | None:
-    """The batch as stored (state, tally so far, callbacks), or None."""
+    """The batch as stored (state, tally so far, callbacks), or None. `using` as for
+    `seal_batch`.
+
+    Raises:
+        InvalidBatch: no batch id, or no `using` under several databases.
+    """
     from django_pgjobs.models import Batch as BatchModel
 
+    using = database_of_batch(batch_id, using, "get_batch")
     return BatchModel.objects.get_batch(batch_id, using=using)
 
 

@@ -287,8 +287,10 @@ class JobHandle:
     def parent_results(self) -> dict[int, Any]:
         """The results of this job's parents that are done, by parent id (S29).
 
-        Kept with the dependency whatever the parent's result retention, until this job
-        is acked. A parent that died under on_failure="run" is not among them.
+        Every parent done is there, with what its handler returned (None included: a
+        parent that left no trace of its end cannot be named, S40). Kept with the
+        dependency whatever the parent's result retention, until this job is acked. A
+        parent that died under on_failure="run" is not among them.
         """
         return self.manager.parent_results(self)
 

@@ -16,7 +16,8 @@ class InvalidJobOption(PgJobsError, ValueError):
 
 
 class InvalidDependency(InvalidJobOption):
-    """An `after=` names no job, a dead letter it cannot wait for, or is no list of jobs."""
+    """An `after=` names no job, a job that left no trace of how it ended (S40), a dead
+    letter it cannot wait for, or is no list of jobs."""
 
 
 class InvalidBatch(InvalidJobOption):

@@ -243,6 +243,14 @@ def validate_kind(kind: Any) -> str:
     if kind in _valid_kinds and type(kind) is str:
         return kind
     if not isinstance(kind, str):
+        definition = getattr(kind, "definition", None)
+        if definition is not None:  # a @job function: it enqueues itself
+            name = getattr(kind, "__name__", "f")
+            raise exceptions.InvalidKind(
+                f"Job kind must be a string (a kind's name, such as {definition.kind!r}), not "
+                f"the @job function {name}: call {name}.enqueue(...), or "
+                f"{name}.using(after=..., queue=...).enqueue(...) for options."
+            )
         raise exceptions.InvalidKind(f"Job kind must be a string, not {type(kind).__name__}.")
     if not kind:
         raise exceptions.InvalidKind("Job kind must not be empty.")

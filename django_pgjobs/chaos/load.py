@@ -157,13 +157,13 @@ class Load:
                 for _ in range(size):
                     b.add(target, **self.plain_job()["payload"])
             assert b.id is not None
-            ids += [member.id for member in b.members] + [fired.id for fired in b.fired]
+            ids += [member.id for member in b.members] + [job.id for job in b.callback_jobs]
             fires_on = [name.removeprefix("on_") for name in callbacks]
             written.append(
                 BatchWritten(
                     id=b.id,
                     members=tuple(member.id for member in b.members),
-                    callbacks=dict(zip(fires_on, (fired.id for fired in b.fired), strict=True)),
+                    callbacks=dict(zip(fires_on, (job.id for job in b.callback_jobs), strict=True)),
                 )
             )
 

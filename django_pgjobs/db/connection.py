@@ -112,6 +112,21 @@ def wake_params() -> dict[str, Any]:
     return {"channel": pgjobs_settings.CHANNEL, "notify": pgjobs_settings.NOTIFY}
 
 
+class _RollBack(Exception):
+    """Leave an `atomic` block by rolling it back."""
+
+
+def rolled_back(statement: str, params: Mapping[str, Any], using: str | None) -> None:
+    """Run `statement` in a savepoint (a transaction outside one) rolled back at once:
+    for a statement that waits for a lock, which it then lets go of."""
+    try:
+        with atomic(using):
+            fetchall(statement, params, using)
+            raise _RollBack
+    except _RollBack:
+        pass
+
+
 @contextmanager
 def atomic(using: str | None) -> Iterator[None]:
     """A transaction (a savepoint inside the caller's) on the alias."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from django.db import models
 
 from django_pgjobs import exceptions
+from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
 from django_pgjobs.dependencies import MAX_JOB_ID
@@ -161,6 +162,27 @@ def valid_batch_id(value: object) -> int:
             f"A batch id is a positive integer (Batch.id, batch().id), not {value!r:.80}."
         )
     return int(value)
+
+
+def database_of_batch(batch_id: object, using: str | None, what: str) -> str | None:
+    """The database `what` (a function's name) acts on for batch `batch_id`: `using`,
+    else the one database of jobs (None: PGJOBS["DATABASE"]).
+
+    Raises:
+        InvalidBatch: a batch id that is none (valid_batch_id), or no `using` while
+            PGJOBS["QUEUE_DATABASES"] keeps queues in several databases: each numbers
+            its batches, so an id alone names none of them.
+    """
+    valid_batch_id(batch_id)
+    databases = pgjobs_settings.databases()
+    if using is not None or len(databases) == 1:
+        return using
+    raise exceptions.InvalidBatch(
+        f"{what}({batch_id}) needs using=: PGJOBS['QUEUE_DATABASES'] keeps jobs in several "
+        f"databases ({', '.join(databases)}), each with batches of its own ids. Pass the "
+        "database of the batch's queues: b.using of the batch() that wrote it, or ctx.using "
+        "in one of its members or callbacks. Nothing was done."
+    )
 
 
 def read_batch(batch_id: int, using: str | None) -> BatchRecord | None:

@@ -1,11 +1,13 @@
 """Dependencies (S29, S30): writing jobs `after=` others, and reading them back.
 
 Jobs with parents are written in one transaction (a savepoint in the caller's) of three
-statements: lock the unfinished parents (LOCK_PARENTS), read where the others stand
+statements: lock the unfinished parents (LOCK_FREE_PARENTS, which never waits: see
+`_standing_unwaited`), read where the others stand
 (PARENT_STANDING, a fresh snapshot once the locks are held), then write every job and
 edge at once (ENQUEUE_DEPENDENT_JOBS). A locked parent cannot end before this
 transaction commits, and its end then sees the child (see db/sql/workflows.py); a parent
-that ended before is taken as it ended.
+that ended before is taken as it ended, as far as a trace of it says (S40): done (kept
+by result retention) or dead; one that left no trace is refused.
 """
 
 from __future__ import annotations
@@ -23,10 +25,6 @@ from django_pgjobs.records import EnqueueResult
 
 Entry = TypeVar("Entry", bound=tuple[Any, ...])
 
-#: What ENQUEUE_DEPENDENT_JOBS calls a parent, by what PARENT_STANDING found ("live"
-#: parents are the ones LOCK_PARENTS locked; "dead" depends on on_failure).
-STANDING_OF = {"done": "done", "gone": "done"}
-
 
 def enqueue_dependent(
     jobs: Sequence[ResolvedJob], edges: Sequence[Sequence[Edge]], using: str | None
@@ -34,8 +32,10 @@ def enqueue_dependent(
     """Write `jobs`, each after its `edges`, in one statement and one transaction.
 
     Raises:
-        InvalidDependency: a parent that names no job, a dead parent without
-            on_failure="run", a keyed job; nothing is written.
+        InvalidDependency: a parent that names no job, or a job that left no trace
+            (S40: acked without result retention, cancelled, deleted, pruned, rolled
+            back), a dead parent without on_failure="run", a keyed job; nothing is
+            written.
     """
     for index, job in enumerate(jobs):
         if job.key is not None:
@@ -46,35 +46,89 @@ def enqueue_dependent(
                 "Nothing was written."
             )
     parents = sorted({edge.parent_id for row in edges for edge in row if edge.parent_id})
-    with db.atomic(using):
-        standing = _standing(parents, using)
-        rows = []
-        for child, row in enumerate(edges, start=1):
-            for edge in row:
-                rows.append(
-                    [
-                        child,
-                        edge.parent_id,
-                        None if edge.parent_row is None else edge.parent_row + 1,
-                        edge.on_failure,
-                        "open" if edge.parent_id is None else _edge_standing(edge, standing),
-                    ]
-                )
-        params = {
-            "jobs": "[" + ",".join(job.as_json_row() for job in jobs) + "]",
-            "edges": json.dumps(rows),
-            **db.wake_params(),
-        }
-        written = db.fetchall(sql.ENQUEUE_DEPENDENT_JOBS, params, using)
+    document = "[" + ",".join(job.as_json_row() for job in jobs) + "]"
+    for _ in range(LOCK_ROUNDS):
+        try:
+            with db.atomic(using):
+                standing = _standing_unwaited(parents, using)
+                return _write(document, edges, standing, using)
+        except _ParentHeld as held:  # rolled back: this enqueue holds none of them now
+            db.rolled_back(sql.WAIT_FOR_PARENT, {"id": held.parent_id}, using)
+    with db.atomic(using):  # the last resort: wait for each in id order
+        return _write(document, edges, _standing(parents, using), using)
+
+
+#: Rounds of taking the parents' locks without waiting (S41) before an enqueue waits for
+#: them in id order instead: each round but the first follows the end of a transaction
+#: that held one of them, so that many hold them in turn only under a storm.
+LOCK_ROUNDS = 50
+
+
+class _ParentHeld(Exception):
+    """A parent another transaction holds: let go of the others, then wait for it."""
+
+    def __init__(self, parent_id: int) -> None:
+        super().__init__(parent_id)
+        self.parent_id = parent_id
+
+
+def _write(
+    document: str,
+    edges: Sequence[Sequence[Edge]],
+    standing: dict[int, tuple[str, str | None]],
+    using: str | None,
+) -> list[EnqueueResult]:
+    rows = []
+    for child, row in enumerate(edges, start=1):
+        for edge in row:
+            rows.append(
+                [
+                    child,
+                    edge.parent_id,
+                    None if edge.parent_row is None else edge.parent_row + 1,
+                    edge.on_failure,
+                    "open" if edge.parent_id is None else _edge_standing(edge, standing),
+                ]
+            )
+    params = {"jobs": document, "edges": json.dumps(rows), **db.wake_params()}
+    written = db.fetchall(sql.ENQUEUE_DEPENDENT_JOBS, params, using)
     return [EnqueueResult(id=row[0], inserted=True) for row in written]
 
 
+def _standing_unwaited(parents: list[int], using: str | None) -> dict[int, tuple[str, str | None]]:
+    """Each parent's standing as `_standing` reads it, its unfinished ones locked
+    without waiting for any (S41).
+
+    Why not wait in id order: a worker's ack, retry or fail of several parents locks
+    them, then their waiting children; an enqueue after one of those children and
+    another of those parents locks both as parents, so id order alone cannot keep the
+    two apart. Holding no parent while it waits for one, an enqueue closes no cycle.
+
+    Raises:
+        _ParentHeld: another transaction holds an unfinished parent; the caller rolls
+            back what this took and waits for that one alone.
+    """
+    if not parents:
+        return {}
+    rows = db.fetchall(sql.LOCK_FREE_PARENTS, {"parents": parents}, using)
+    held = [parent for parent, locked in rows if not locked]
+    if held:
+        raise _ParentHeld(min(held))
+    return _with_the_rest(parents, {parent for parent, _ in rows}, using)
+
+
 def _standing(parents: list[int], using: str | None) -> dict[int, tuple[str, str | None]]:
-    """Each parent's standing: "open" for the unfinished ones, now locked; else what
-    PARENT_STANDING reads once the locks are held."""
+    """Each parent's standing: "open" for the unfinished ones, now locked (waiting for
+    each in id order); else what PARENT_STANDING reads once the locks are held."""
     if not parents:
         return {}
     locked = {row[0] for row in db.fetchall(sql.LOCK_PARENTS, {"parents": parents}, using)}
+    return _with_the_rest(parents, locked, using)
+
+
+def _with_the_rest(
+    parents: list[int], locked: set[int], using: str | None
+) -> dict[int, tuple[str, str | None]]:
     standing: dict[int, tuple[str, str | None]] = dict.fromkeys(locked, ("open", None))
     rest = [parent for parent in parents if parent not in locked]
     if rest:
@@ -86,10 +140,8 @@ def _standing(parents: list[int], using: str | None) -> dict[int, tuple[str, str
 def _edge_standing(edge: Edge, standing: dict[int, tuple[str, str | None]]) -> str:
     assert edge.parent_id is not None
     where, reason = standing[edge.parent_id]
-    if where == "open":
-        return "open"
-    if where in STANDING_OF:
-        return STANDING_OF[where]
+    if where in ("open", "done"):
+        return where
     if where == "dead":
         if edge.on_failure == "run":
             return "failed"
@@ -101,6 +153,15 @@ def _edge_standing(edge: Edge, standing: dict[int, tuple[str, str | None]]) -> s
         raise exceptions.InvalidDependency(
             f"Parent job {edge.parent_id} came back to life while this job was written "
             "(a requeue); try again. Nothing was written."
+        )
+    if where == "gone":  # S40: only a parent that was done counts as done
+        raise exceptions.InvalidDependency(
+            f"Parent job {edge.parent_id} has ended and left no trace: it was acked without "
+            "result retention, cancelled, deleted or pruned, or a batch's callback that did "
+            "not fire, or its enqueue rolled back; whether it succeeded cannot be told. "
+            "Write the child before its parent can end (in the transaction that writes the "
+            "parent, or in one workflow()), or give the parent result_retention= so that "
+            "its success is kept until the child is written. Nothing was written."
         )
     raise exceptions.InvalidDependency(f"No job has the id {edge.parent_id}. Nothing was written.")
 
@@ -138,13 +199,16 @@ def edges_of(job_id: int, using: str | None) -> list[EdgeOf]:
 
 
 def revive_dependents(job_id: int, using: str | None) -> int:
-    """Bring back to waiting the dependents the death of `job_id` took (S30)."""
+    """Bring back to waiting the dependents the death of `job_id` took (S30), those
+    that no other dead parent holds (S40). Inside the requeue's transaction."""
+    if not db.fetchall(sql.LOCK_LOST_EDGES, {"id": job_id}, using):
+        return 0
     ((revived,),) = db.fetchall(sql.REVIVE_DEPENDENTS, {"id": job_id}, using)
     return int(revived)
 
 
 def in_id_order(entries: Iterable[Entry]) -> list[Entry]:
-    """`entries` (each a tuple starting with a handle) by job id: the order in which an
-    enqueue locks the parents it names (LOCK_PARENTS), so that a statement ending some
-    of them at the same moment cannot deadlock with it."""
+    """`entries` (each a tuple starting with a handle) by job id: the order in which the
+    queue's statements lock job rows (S41), so that two batches ending some of the same
+    jobs at the same moment cannot deadlock."""
     return sorted(entries, key=lambda entry: entry[0].id)

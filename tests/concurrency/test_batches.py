@@ -83,7 +83,7 @@ class TestS31Ends:
             f"complete batch={b.id} state=failed members=2 done=1 failed=1 results=1",
             f"failure batch={b.id} state=failed members=2 done=1 failed=1 results=1",
         ]
-        assert dead_row(b.fired[0].id) is None and count() == 0
+        assert dead_row(b.callback_jobs[0].id) is None and count() == 0
 
     def test_s31_a_cancelled_member_counts_as_failed(self) -> None:
         b = write(2)
@@ -140,9 +140,9 @@ class TestS31Ends:
     def test_s31_the_members_children_show_and_the_seal_does_not(self) -> None:
         b = write(1, on_complete=Callback("tests.plain"))
         member = Job.objects.get_job(b.members[0].id)
-        fired = Job.objects.get_job(b.fired[0].id)
+        fired = Job.objects.get_job(b.callback_jobs[0].id)
         assert member is not None and fired is not None
-        assert member.children == (b.fired[0].id,)
+        assert member.children == (b.callback_jobs[0].id,)
         assert fired.parents == (b.members[0].id,)  # not the seal's negative id
 
     def test_s31_a_dead_member_requeued_after_the_end_changes_nothing(self) -> None:
@@ -210,7 +210,7 @@ class TestS31Races:
                 assert states(b) == {"complete": "pending"}
             else:  # the member came first: the batch waits for it
                 assert (record.state, record.members) == ("sealed", 2)
-                assert row(b.fired[0].id, "state", "parents_left") == ("waiting", 1)
+                assert row(b.callback_jobs[0].id, "state", "parents_left") == ("waiting", 1)
 
     def test_s31_a_seal_racing_the_last_end_fires_once(self) -> None:
         for _ in range(30):
@@ -243,7 +243,7 @@ class TestS31Workers:
             for _ in range(10_000):
                 b.add("tests.noop")
         assert len(b.members) == 10_000
-        assert row(b.fired[0].id, "parents_left") == (10_000,)
+        assert row(b.callback_jobs[0].id, "parents_left") == (10_000,)
         drain(concurrency=8)
         assert [text for (text,) in execute("SELECT text FROM tests_note")] == [
             f"complete batch={b.id} state=succeeded members=10000 done=10000 failed=0 results=10000"
@@ -295,7 +295,7 @@ def test_s31_ended_batches_are_pruned_once_their_callbacks_ran_and_open_ones_kep
     kept = write(1, on_complete=Callback("tests.plain"))
     assert Batch.objects.prune(0, 100) == 0  # its callback is still to run: ctx.batch()
     (callback,) = Job.objects.claim_batch("default", 1, "w")
-    assert callback.id == ended.fired[0].id and callback.ack()
+    assert callback.id == ended.callback_jobs[0].id and callback.ack()
     assert Batch.objects.prune(0, 100) == 1
     assert get_batch(ended.id) is None and get_batch(kept.id) is not None
     assert count("pgjobs_batch_callback", "batch_id = %s", [ended.id]) == 0
@@ -307,7 +307,7 @@ class TestS31AfterCallbacks:
             on_success=Callback("tests.plain", value=1), on_failure=Callback("tests.plain")
         ) as b:
             b.add("tests.misbehave", how="fail")
-        success, _failure = b.fired
+        success, _failure = b.callback_jobs
         publish = Job.objects.enqueue("tests.plain", after=[success])
         drain()
         assert dead_row(publish.id, "reason") == (f"dependency failed: {success.id}",)
@@ -316,7 +316,7 @@ class TestS31AfterCallbacks:
     def test_a_job_after_a_callback_that_fires_runs_after_it(self) -> None:
         with batch(on_success=Callback("tests.plain", value=1)) as b:
             b.add("tests.plain", value=2)
-        publish = Job.objects.enqueue("tests.record", {"label": "after"}, after=b.fired)
+        publish = Job.objects.enqueue("tests.record", {"label": "after"}, after=b.callback_jobs)
         drain()
         assert dead_row(publish.id) is None and count() == 0
         assert execute("SELECT text FROM tests_note") == [("after",)]
@@ -324,7 +324,7 @@ class TestS31AfterCallbacks:
 
 def test_the_tally_so_far_counts_on_a_callback_still_waiting() -> None:
     b = write(2, on_success=Callback("tests.plain"), on_complete=Callback("tests.plain"))
-    Job.objects.cancel(b.fired[0].id)  # its edges go with it
+    Job.objects.cancel(b.callback_jobs[0].id)  # its edges go with it
     (first, _) = Job.objects.claim_batch("default", 5, "w")
     first.ack()
     record = get_batch(b.id)
@@ -333,6 +333,6 @@ def test_the_tally_so_far_counts_on_a_callback_still_waiting() -> None:
 
 def test_a_batch_without_a_waiting_callback_refuses_members_and_says_why() -> None:
     b = write(1, open=True, on_complete=Callback("tests.plain"))
-    Job.objects.cancel(b.fired[0].id)
+    Job.objects.cancel(b.callback_jobs[0].id)
     with pytest.raises(InvalidBatch, match="no callback left waiting"):
         add_to_batch(b.id, "tests.plain")

@@ -62,21 +62,32 @@ class TestS29Races:
                 assert row(child.id, "state", "parents_left") == ("pending", 0), attempt
             assert count("pgjobs_dead") == 4
 
-    def test_s29_a_child_written_while_its_parent_is_acked_is_never_stranded(self) -> None:
+    def test_s29_s40_a_child_written_while_its_parent_is_acked_is_never_stranded(self) -> None:
+        """With result retention the child is always written; without, a parent acked
+        first left no trace, and the child is refused (S40)."""
+        from django_pgjobs.exceptions import InvalidDependency
+
         for attempt in range(40):
             execute("DELETE FROM pgjobs_job")
-            parent = Job.objects.enqueue("demo.task")
+            retained = attempt % 2 == 0
+            parent = Job.objects.enqueue("demo.task", result_retention=3600 if retained else None)
             (handle,) = Job.objects.claim_batch("default", 1, "claimer")
 
             def race(index: int, handle: Any = handle, parent: Any = parent) -> int | None:
                 if index == 0:
                     Job.objects.ack_batch([handle], ["done"])
                     return None
-                return Job.objects.enqueue("demo.task", after=[parent]).id
+                try:
+                    return Job.objects.enqueue("demo.task", after=[parent]).id
+                except InvalidDependency:
+                    return None
 
             child_id = run_threads(2, race)[1]
-            assert child_id is not None
-            assert row(child_id, "state") == ("pending",), attempt
+            if child_id is None:
+                assert not retained, attempt
+            else:
+                assert row(child_id, "state") == ("pending",), attempt
+            assert count(where="state = 'waiting'") == 0
 
     def test_s29_an_ack_that_waited_for_the_childs_writer_sees_the_child(self) -> None:
         """The ordering a statement snapshot gets wrong: the writer locks the parent, the

@@ -50,7 +50,7 @@ def test_s31_kill_9_of_the_worker_ending_the_last_member_still_fires_the_callbac
     with batch(on_complete=Callback("tests.batch_report", label="complete")) as b:
         b.add("tests.record", label="first")
         b.add(jobs.slow_first.using(lease=2), seconds=60)
-    (callback,) = b.fired
+    (callback,) = b.callback_jobs
     doomed = workers.start("--concurrency", "2")
     wait_for(
         lambda: count("tests_note", "text = 'start'") == 1 and count("tests_note") == 2,

@@ -371,7 +371,7 @@ def test_the_batch_list_shows_progress_and_callbacks_and_refuses_bad_params(
     assert page.status_code == 200
     text = page.content.decode()
     assert "1 of 3 ended: 1 done, 0 failed" in text
-    success, failure = b.fired
+    success, failure = b.callback_jobs
     assert f"/admin/django_pgjobs/job/{success.id}/change/" in text and "waiting" in text
     assert admin_client.get("/admin/django_pgjobs/batch/?state=open%00").status_code == 400
     assert admin_client.get("/admin/django_pgjobs/batch/add/").status_code == 403

@@ -245,6 +245,8 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "RESET_EDGES_FILLFACTOR": {},
     "DROP_END_PARENTS_FUNCTION": {},
     "LOCK_PARENTS": {"parents": [1, 2]},
+    "LOCK_FREE_PARENTS": {"parents": [1, 2]},
+    "WAIT_FOR_PARENT": {"id": 1},
     "PARENT_STANDING": {"parents": [1, 2]},
     "ENQUEUE_DEPENDENT_JOBS": {
         "jobs": '[["default", "demo.t", 0, null, null, 3, 30, null, null, null, null, null,'
@@ -255,6 +257,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         **WAKE,
     },
     "REVIVE_DEPENDENTS": {"id": 1},
+    "LOCK_LOST_EDGES": {"id": 1},
     "PARENT_RESULTS": {"id": 1},
     "JOB_DEPENDENCIES": {"id": 1},
     "WRITE_BATCH": {

@@ -64,15 +64,17 @@ class TestS29Waiting:
         results = claim_one(child.id).parent_results()
         assert sorted(results.values()) == ["a", "b", "c"]
 
-    def test_s29_a_parent_already_done_counts_as_done(self) -> None:
+    def test_s29_s40_a_parent_already_done_counts_as_done_while_it_is_kept(self) -> None:
         kept = Job.objects.enqueue("demo.task", result_retention=3600)
         claim_one(kept.id).ack({"kept": True})
         gone = Job.objects.enqueue("demo.task")
         claim_one(gone.id).ack("gone")
-        assert row(gone.id) is None  # no retention: deleted
-        child = Job.objects.enqueue("demo.task", after=[kept.id, gone.id])
+        assert row(gone.id) is None  # no retention: deleted, no trace of its success
+        with pytest.raises(InvalidDependency, match="left no trace"):
+            Job.objects.enqueue("demo.task", after=[kept.id, gone.id])
+        child = Job.objects.enqueue("demo.task", after=[kept.id])
         assert state(child.id) == "pending"
-        assert claim_one(child.id).parent_results() == {kept.id: {"kept": True}, gone.id: None}
+        assert claim_one(child.id).parent_results() == {kept.id: {"kept": True}}
 
     def test_s29_a_retried_parent_has_not_ended(self) -> None:
         parent = Job.objects.enqueue("demo.task", max_attempts=3)

@@ -2,8 +2,9 @@
 parent's end does to them.
 
 The rule that makes a dependency sound under concurrency: whoever writes a child locks
-its unfinished parents first (LOCK_PARENTS, which also marks them `has_children`), and
-whoever ends a parent holds that parent's row lock when it reads the parent's edges.
+its unfinished parents first (LOCK_FREE_PARENTS, which also marks them `has_children`
+and never waits for one while it holds another: S41), and whoever ends a parent holds
+that parent's row lock when it reads the parent's edges.
 Inside one statement, though, READ COMMITTED reads with the snapshot the statement
 started with, which may predate the child's commit the lock waited for. So the end of a
 parent is recorded by a VOLATILE function, `pgjobs_end_parents`, whose every statement
@@ -225,10 +226,46 @@ DROP_END_PARENTS_FUNCTION = """
 DROP FUNCTION IF EXISTS pgjobs_end_parents(bigint[], jsonb[], bigint[], text, boolean, bigint[])
 """
 
+LOCK_FREE_PARENTS = """
+-- Lock the unfinished jobs among %(parents)s that no other transaction holds, for the
+-- rest of the transaction, and mark them as having children (S29): their end, which
+-- must wait for this lock, then finds the children this transaction writes. Never waits
+-- (S41). Returns each unfinished parent with whether it was locked; the caller lets go
+-- of them all when one was not (WAIT_FOR_PARENT), and tries again.
+WITH unfinished AS (
+    SELECT p.id FROM pgjobs_job AS p
+    WHERE p.id = ANY(%(parents)s::bigint[]) AND p.state IN ('waiting', 'pending', 'running')
+),
+locked AS (
+    SELECT p.id FROM pgjobs_job AS p
+    WHERE p.id = ANY(%(parents)s::bigint[]) AND p.state IN ('waiting', 'pending', 'running')
+    ORDER BY p.id
+    FOR NO KEY UPDATE OF p SKIP LOCKED
+),
+marked AS (
+    UPDATE pgjobs_job AS j
+    SET has_children = true
+    FROM locked AS l
+    WHERE j.id = l.id
+    RETURNING j.id
+)
+SELECT m.id, true FROM marked AS m
+UNION ALL
+SELECT u.id, false FROM unfinished AS u WHERE u.id NOT IN (SELECT id FROM marked)
+"""
+
+WAIT_FOR_PARENT = """
+-- Wait until no other transaction holds job %(id)s as LOCK_FREE_PARENTS would lock it
+-- (S41): run in a savepoint rolled back at once, holding nothing else of the enqueue's,
+-- so that the wait closes no cycle of locks.
+SELECT p.id FROM pgjobs_job AS p WHERE p.id = %(id)s FOR NO KEY UPDATE
+"""
+
 LOCK_PARENTS = """
--- Lock the unfinished jobs among %(parents)s for the rest of the transaction, in id
--- order, and mark them as having children (S29): their end, which must wait for this
--- lock, then finds the children this transaction writes. Returns the ids locked.
+-- Lock the unfinished jobs among %(parents)s for the rest of the transaction, waiting
+-- for each in id order, and mark them as having children (S29): LOCK_FREE_PARENTS' last
+-- resort, when other transactions held its parents round after round. Returns the ids
+-- locked.
 UPDATE pgjobs_job AS j
 SET has_children = true
 FROM (
@@ -242,10 +279,11 @@ RETURNING j.id
 """
 
 PARENT_STANDING = """
--- Where each of %(parents)s stands (S29), read after LOCK_PARENTS in the same
+-- Where each of %(parents)s stands (S29, S40), read after LOCK_FREE_PARENTS in the same
 -- transaction: 'live' (not ended), 'done', 'dead' (with its reason), 'gone' (its id was
--- handed out by the job table's sequence, and it is in neither table: it was acked or
--- pruned), or 'unknown' (no job ever had that id).
+-- handed out by the job table's sequence, and it is in neither table: acked without
+-- result retention, cancelled, deleted, pruned, or rolled back: whether it was done
+-- cannot be told), or 'unknown' (no job ever had that id).
 SELECT p.id,
        CASE WHEN j.state = 'done' THEN 'done'
             WHEN j.id IS NOT NULL THEN 'live'
@@ -264,8 +302,9 @@ ENQUEUE_DEPENDENT_JOBS = f"""
 -- %(jobs)s as ENQUEUE_JOBS reads it; each edge of %(edges)s a JSON array [child row
 -- (1-based), parent id or null, parent row or null, on_failure, standing], a parent row
 -- being an earlier job of this document, and standing what PARENT_STANDING found
--- ('open': not ended, the child waits for it; 'done'; 'failed': dead, on_failure
--- 'run'). A job with an open edge is written waiting, the others pending (woken).
+-- ('open': not ended, the child waits for it; 'done': done and retained; 'failed': dead,
+-- on_failure 'run'). A job with an open edge is written waiting, the others pending
+-- (woken).
 WITH given AS (
     SELECT i.row, i.n, nextval(pg_get_serial_sequence('pgjobs_job', 'id')) AS id
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS i(row, n)
@@ -305,36 +344,73 @@ woke AS (
 SELECT g.id, (SELECT count(*) FROM woke) FROM given AS g ORDER BY g.n
 """
 
-REVIVE_DEPENDENTS = f"""
--- Bring back the dependents the death of the requeued job %(id)s took with it (S30):
--- every dead letter 'dependency failed: %(id)s' reachable by its edges, waiting again
--- for the parents whose end is not recorded; the edges from %(id)s and from each other
--- are open again. Locking every edge of theirs first makes a parent ending at the same
--- moment either count here or find them live.
-WITH RECURSIVE lost (id) AS (
+#: The dependents the death of job %(id)s may have taken (S30): every dead letter that
+#: died of a dependency and is reachable by edges from %(id)s, through such letters.
+#: Some of them may have died of another parent, still dead: REVIVE_DEPENDENTS tells.
+LOST_DEPENDENTS = """lost (id) AS (
     SELECT x.id
     FROM pgjobs_dependency AS d
     JOIN pgjobs_dead AS x ON x.id = d.child_id
-    WHERE d.parent_id = %(id)s AND x.reason = 'dependency failed: ' || %(id)s
+    WHERE d.parent_id = %(id)s AND starts_with(x.reason, 'dependency failed: ')
     UNION
     SELECT x.id
     FROM lost AS l
     JOIN pgjobs_dependency AS d ON d.parent_id = l.id
     JOIN pgjobs_dead AS x ON x.id = d.child_id
-    WHERE x.reason = 'dependency failed: ' || %(id)s
+    WHERE starts_with(x.reason, 'dependency failed: ')
+)"""
+
+LOCK_LOST_EDGES = f"""
+-- Lock every edge into the dependents the death of the requeued job %(id)s may have
+-- taken (S30), in id order, for the rest of the transaction: a parent ending meanwhile
+-- then waits for REVIVE_DEPENDENTS, whose fresh snapshot sees every end recorded
+-- before, and finds the dependents it revives live. Returns the edges' ids.
+WITH RECURSIVE {LOST_DEPENDENTS}
+SELECT d.id FROM pgjobs_dependency AS d
+WHERE d.child_id IN (SELECT id FROM lost)
+ORDER BY d.id
+FOR UPDATE
+"""
+
+REVIVE_DEPENDENTS = f"""
+-- Bring back the dependents the death of the requeued job %(id)s took with it (S30,
+-- S40), their edges locked (LOCK_LOST_EDGES): waiting again for the parents whose end
+-- is not recorded. A dependent that has another parent still dead, whose failure
+-- cancels it (or a dead parent that stays dead so), stays dead, and so do its
+-- dependents: the requeue of that parent brings them back. The edges from %(id)s and
+-- from every job back to life are open again, into the dependents that stay dead too,
+-- so that those wait for them when they come back.
+WITH RECURSIVE {LOST_DEPENDENTS},
+held (id) AS (
+    SELECT l.id
+    FROM lost AS l
+    JOIN pgjobs_dependency AS d ON d.child_id = l.id
+    WHERE d.ended = 'failed' AND d.on_failure = 'cancel' AND d.parent_id <> %(id)s
+      AND d.parent_id NOT IN (SELECT id FROM lost)
+    UNION
+    SELECT l.id
+    FROM held AS h
+    JOIN pgjobs_dependency AS d ON d.parent_id = h.id
+    JOIN lost AS l ON l.id = d.child_id
+    WHERE d.ended = 'failed' AND d.on_failure = 'cancel'
+),
+back (id) AS (
+    SELECT %(id)s::bigint
+    UNION ALL
+    SELECT l.id FROM lost AS l WHERE l.id NOT IN (SELECT id FROM held)
 ),
 reopened AS (
     UPDATE pgjobs_dependency AS d
-    SET ended = CASE WHEN d.parent_id = %(id)s OR d.parent_id IN (SELECT id FROM lost)
-                     THEN NULL ELSE d.ended END,
-        parent_result = CASE WHEN d.parent_id = %(id)s
-                                  OR d.parent_id IN (SELECT id FROM lost)
+    SET ended = CASE WHEN d.parent_id IN (SELECT id FROM back) THEN NULL ELSE d.ended END,
+        parent_result = CASE WHEN d.parent_id IN (SELECT id FROM back)
                              THEN NULL ELSE d.parent_result END
     WHERE d.child_id IN (SELECT id FROM lost)
     RETURNING d.child_id, d.ended
 ),
 moved AS (
-    DELETE FROM pgjobs_dead AS x WHERE x.id IN (SELECT id FROM lost) RETURNING x.*
+    DELETE FROM pgjobs_dead AS x
+    WHERE x.id IN (SELECT id FROM back) AND x.id <> %(id)s
+    RETURNING x.*
 ),
 revived AS (
     INSERT INTO pgjobs_job (id, state, parents_left, {KEPT_COLUMNS}, last_error, errors)
