@@ -8,7 +8,9 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.contrib.admin.views.main import ChangeList
+from django.contrib.admin.filters import FieldListFilter, ListFilter
+from django.contrib.admin.utils import get_fields_from_path
+from django.contrib.admin.views.main import ERROR_FLAG, IGNORED_PARAMS, PAGE_VAR, ChangeList
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import (
@@ -154,6 +156,54 @@ def refuse_bad_params(request: HttpRequest) -> HttpResponse | None:
                     content_type="text/plain",
                 )
     return None
+
+
+#: What every list takes besides its filters: Django's own search, order, page, "show
+#: all", popup and facets parameters, and its error flag.
+LIST_PARAMETERS = frozenset({*IGNORED_PARAMS, PAGE_VAR, ERROR_FLAG})
+
+
+def offered_parameters(model_admin: admin.ModelAdmin, request: HttpRequest) -> frozenset[str]:  # type: ignore[type-arg]
+    """The query parameters a list offers: its filters' (as each filter names them) and
+    Django's own (LIST_PARAMETERS); nothing else reaches a query."""
+    names = set(LIST_PARAMETERS)
+    for item in model_admin.get_list_filter(request):
+        if isinstance(item, type) and issubclass(item, ListFilter):
+            names.add(item.parameter_name)  # type: ignore[attr-defined]
+            continue
+        path, make = item if isinstance(item, list | tuple) else (item, FieldListFilter.create)
+        field = get_fields_from_path(model_admin.model, path)[-1]
+        # A field's filter names its parameters as it is made; made with no parameters,
+        # it reads nothing (the choices are read only when the sidebar is drawn).
+        spec = make(field, request, {}, model_admin.model, model_admin, field_path=path)
+        names.update(spec.expected_parameters())
+    return frozenset(names)
+
+
+class OfferedFiltersOnly:
+    """A list that filters only as its sidebar offers (`offered_parameters`): Django's
+    default admits any lookup on any local field from the URL (`?payload__icontains=`),
+    a scan of every row for whoever may view the list."""
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        return lookup in offered_parameters(self, request)  # type: ignore[arg-type]
+
+
+def refuse_unoffered_filters(
+    model_admin: admin.ModelAdmin,  # type: ignore[type-arg]
+    request: HttpRequest,
+) -> HttpResponse | None:
+    """A 400 for a query parameter the list does not offer, before anything is read."""
+    offered = offered_parameters(model_admin, request)
+    unknown = sorted(name for name in request.GET if name not in offered)
+    if not unknown:
+        return None
+    filters = sorted(offered - LIST_PARAMETERS)
+    return HttpResponseBadRequest(
+        f"{str(unknown[0])[:100]!r} is not one of this list's filters, which are: "
+        f"{', '.join(filters) or 'none'} (and the search box). Nothing was read.",
+        content_type="text/plain",
+    )
 
 
 def refuse_action(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResponse | None:  # type: ignore[type-arg]

@@ -32,6 +32,7 @@ from django_pgjobs.admin.common import (
     JOB_ID_MAX,
     CappedCountPaginator,
     JobChangeList,
+    OfferedFiltersOnly,
     all_matching,
     confirmation,
     error_history,
@@ -44,6 +45,7 @@ from django_pgjobs.admin.common import (
     progress_bar,
     refuse_action,
     refuse_bad_params,
+    refuse_unoffered_filters,
 )
 from django_pgjobs.admin.glance import glance, queue_statuses, throughput_chart
 from django_pgjobs.admin.workflow import WorkflowSection
@@ -157,7 +159,7 @@ class ReasonFilter(admin.SimpleListFilter):
         return queryset
 
 
-class ReadOnlyJobAdmin(WorkflowSection, admin.ModelAdmin):  # type: ignore[type-arg]
+class ReadOnlyJobAdmin(OfferedFiltersOnly, WorkflowSection, admin.ModelAdmin):  # type: ignore[type-arg]
     """What both tables share: read-only detail pages led by what went wrong, action
     buttons on them, capped counts, a search along the indexes."""
 
@@ -230,7 +232,11 @@ class ReadOnlyJobAdmin(WorkflowSection, admin.ModelAdmin):  # type: ignore[type-
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        refused = refuse_bad_params(request) or self.refuse_forged_action(request)
+        refused = (
+            refuse_bad_params(request)
+            or refuse_unoffered_filters(self, request)
+            or self.refuse_forged_action(request)
+        )
         if refused is not None:
             return refused
         context = {

@@ -22,9 +22,11 @@ from django.utils.safestring import SafeString
 
 from django_pgjobs import labels
 from django_pgjobs.admin.common import (
+    OfferedFiltersOnly,
     humane_time,
     refuse_action,
     refuse_bad_params,
+    refuse_unoffered_filters,
 )
 from django_pgjobs.managers.workers import unserved_queues
 from django_pgjobs.models import Job, QueueControl, Worker
@@ -32,7 +34,7 @@ from django_pgjobs.states import JobState
 
 
 @admin.register(Worker)
-class WorkerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class WorkerAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     """The workers as they last reported themselves: live, stopped, or gone (3 missed
     heartbeats by the database clock), and what each runs now. Read only."""
 
@@ -68,7 +70,11 @@ class WorkerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        refused = refuse_bad_params(request) or refuse_action(self, request)
+        refused = (
+            refuse_bad_params(request)
+            or refuse_unoffered_filters(self, request)
+            or refuse_action(self, request)
+        )
         if refused is not None:
             return refused
         unserved = unserved_queues(QueueControl.objects.status(), Worker.objects.status())
