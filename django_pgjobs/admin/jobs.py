@@ -34,10 +34,11 @@ from django_pgjobs.admin.common import (
     JobChangeList,
     OfferedFiltersOnly,
     all_matching,
+    chosen_batches,
     confirmation,
+    confirmed,
     error_history,
     humane_time,
-    in_batches,
     job_id_of,
     jobs_word,
     latest_traceback,
@@ -247,8 +248,20 @@ class ReadOnlyJobAdmin(OfferedFiltersOnly, WorkflowSection, admin.ModelAdmin):  
         return super().changelist_view(request, {**(extra_context or {}), **context})
 
     def refuse_forged_action(self, request: HttpRequest) -> HttpResponse | None:
-        """An action this user may not run: say it was refused, and change nothing."""
-        return refuse_action(self, request)
+        """An action this user may not run, or on rows that are no job ids: say it was
+        refused, and change nothing."""
+        refused = refuse_action(self, request)
+        if refused is not None or request.method != "POST" or not request.POST.get("action"):
+            return refused
+        for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+            if not job_id_of(value):
+                self.message_user(
+                    request,
+                    f"Refused: {value[:40]!r} is not a job id; nothing was changed.",
+                    messages.ERROR,
+                )
+                return HttpResponseRedirect(request.get_full_path())
+        return None
 
     def change_view(
         self,
@@ -475,28 +488,50 @@ class JobAdmin(ReadOnlyJobAdmin):
         return pretty_json(obj.result)
 
     @admin.action(description="Run now (pending jobs)", permissions=["change"])
-    def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        moved = Job.objects.run_now(list(queryset.values_list("id", flat=True)))
-        self.message_user(request, f"{moved} {jobs_word(moved)} set to run now.", messages.SUCCESS)
-
-    @admin.action(description="Cancel (dead-letter as cancelled)", permissions=["change"])
-    def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
-        ids = list(queryset.order_by("id").values_list("id", flat=True))
-        if request.POST.get("confirmed") != "yes":
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        if all_matching(request) and not confirmed(request):
             return confirmation(
                 self,
                 request,
                 queryset,
-                ids,
+                action="run_now",
+                question="Run {jobs} now",
+                title="Run jobs now?",
+                explanation="Each pending one becomes runnable at once; the others are skipped.",
+                button="Yes, run them now",
+            )
+        batches = chosen_batches(self, request, queryset)
+        if batches is None:
+            return None
+        moved = sum(Job.objects.run_now(batch) for batch in batches)
+        self.message_user(
+            request, f"{moved:,} {jobs_word(moved)} set to run now.", messages.SUCCESS
+        )
+        return None
+
+    @admin.action(description="Cancel (dead-letter as cancelled)", permissions=["change"])
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        if not confirmed(request):
+            return confirmation(
+                self,
+                request,
+                queryset,
                 action="cancel",
+                question="Cancel {jobs}",
                 title="Cancel jobs?",
                 explanation="Each moves to the dead letters with the reason cancelled; a "
                 "running one's handler is told and can no longer record anything. A "
                 "cancelled job can be requeued from the dead letters.",
                 button="Yes, cancel them",
             )
-        cancelled = sum(Job.objects.cancel_many(batch) for batch in in_batches(ids))
-        skipped = len(ids) - cancelled
+        batches = chosen_batches(self, request, queryset)
+        if batches is None:
+            return None
+        cancelled = chosen = 0
+        for batch in batches:
+            chosen += len(batch)
+            cancelled += Job.objects.cancel_many(batch)
+        skipped = chosen - cancelled
         message = f"{cancelled:,} {jobs_word(cancelled)} cancelled"
         if skipped:
             message += f", {skipped:,} skipped (already finished)"
@@ -574,21 +609,23 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
 
     @admin.action(description="Requeue (back to pending, attempts reset)", permissions=["change"])
     def requeue(self, request: HttpRequest, queryset: QuerySet[DeadJob]) -> HttpResponse | None:
-        ids = list(queryset.order_by("id").values_list("id", flat=True))
-        if all_matching(request) and request.POST.get("confirmed") != "yes":
+        if all_matching(request) and not confirmed(request):
             return confirmation(
                 self,
                 request,
                 queryset,
-                ids,
                 action="requeue",
+                question="Requeue {jobs}",
                 title="Requeue dead letters?",
                 explanation="Each goes back to pending with fresh attempts; one whose key "
                 "has a live job is merged into it.",
                 button="Yes, requeue them",
             )
+        batches = chosen_batches(self, request, queryset)
+        if batches is None:
+            return None
         requeued = merged = 0
-        for batch in in_batches(ids):
+        for batch in batches:
             result = DeadJob.objects.requeue(batch)
             requeued, merged = requeued + result.requeued, merged + result.merged
         message = f"{requeued:,} {jobs_word(requeued)} requeued"

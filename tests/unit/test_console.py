@@ -302,11 +302,9 @@ def test_hostile_query_strings_get_a_400_or_a_list_never_a_500(
 def test_requeue_all_matching_the_filter_asks_with_the_count_then_goes_in_batches(
     admin_client: Client, jobs: dict[str, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from django_pgjobs.admin import jobs as job_admin
+    from django_pgjobs.admin import common
 
-    monkeypatch.setattr(
-        job_admin, "in_batches", lambda ids: [ids[i : i + 2] for i in range(0, len(ids), 2)]
-    )
+    monkeypatch.setattr(common, "ACTION_BATCH", 2)
     url = f"{DEAD}?reason=other"  # the filter, and a page selection of one of them
     for extra in range(5):
         Job.objects.enqueue("ops.task", {"extra": extra}, queue="ops", max_attempts=2)
@@ -316,7 +314,8 @@ def test_requeue_all_matching_the_filter_asks_with_the_count_then_goes_in_batche
     assert confirm.status_code == 200
     assert "Requeue 6 jobs, every one matching the list's filter?" in confirm.content.decode()
     assert count("pgjobs_dead") == 11  # nothing happened yet
-    done = admin_client.post(url, {**chosen, "confirmed": "yes"}, follow=True)
+    answer = {**chosen, "confirmed": "yes", "pgjobs_upto": confirm.context["upto"]}
+    done = admin_client.post(url, answer, follow=True)
     assert "6 jobs requeued." in done.content.decode()
     assert count("pgjobs_dead") == 5 and count("pgjobs_dead", "reason = 'failed'") == 1
 
@@ -327,7 +326,8 @@ def test_cancel_all_matching_the_filter_states_the_count(
     chosen = {"action": "cancel", "_selected_action": [jobs["report"]], "select_across": "1"}
     confirm = admin_client.post(f"{JOBS}?queue=billing", chosen)
     assert "Cancel 2 jobs, every one matching" in confirm.content.decode()
-    admin_client.post(f"{JOBS}?queue=billing", {**chosen, "confirmed": "yes"})
+    answer = {**chosen, "confirmed": "yes", "pgjobs_upto": confirm.context["upto"]}
+    admin_client.post(f"{JOBS}?queue=billing", answer)
     assert count(where="queue = 'billing'") == 0 and count() == 1
 
 
@@ -431,3 +431,109 @@ def test_hostile_filter_names_are_refused_and_read_nothing_never_a_500(
     if name not in offered:
         assert response.status_code == 400, name
         assert pgjobs_reads(captured) == []
+
+
+def statements_named(captured: CaptureQueriesContext, statement: str) -> int:
+    first = statement.strip().splitlines()[0]
+    return sum(1 for query in captured.captured_queries if query["sql"].startswith(first))
+
+
+def test_run_now_for_every_job_matching_the_filter_asks_then_acts_in_batches_on_what_it_counted(
+    admin_client: Client, jobs: dict[str, int]
+) -> None:
+    """Issue 26: "run now" filter-wide was one unconfirmed UPDATE of whatever matched."""
+    from django_pgjobs.db import sql
+
+    Job.objects.enqueue_many([{"kind": "bulk.t", "queue": "bulk", "delay": 3600}] * 1005)
+    url = f"{JOBS}?queue=bulk"
+    chosen = {"action": "run_now", "_selected_action": [jobs["report"]], "select_across": "1"}
+    confirm = admin_client.post(url, chosen)
+    assert confirm.status_code == 200
+    assert "Run about 1,00" in confirm.content.decode()  # past the count's cap: an estimate
+    assert count(where="queue = 'bulk' AND run_after <= now()") == 0  # nothing happened yet
+    late = Job.objects.enqueue("bulk.t", queue="bulk", delay=3600).id  # after the count
+    answer = {**chosen, "confirmed": "yes", "pgjobs_upto": confirm.context["upto"]}
+    with CaptureQueriesContext(connection) as captured:
+        done = admin_client.post(url, answer, follow=True)
+    assert "1,005 jobs set to run now." in done.content.decode()
+    assert statements_named(captured, sql.RUN_JOBS_NOW) == 2  # 1,000 then 5
+    assert count(where="queue = 'bulk' AND run_after <= now()") == 1005
+    assert seconds_from_now("run_after", late) > 3000  # not counted, not touched
+
+
+def test_a_filter_wide_cancel_acts_only_on_the_jobs_its_confirmation_counted(
+    admin_client: Client, jobs: dict[str, int]
+) -> None:
+    chosen = {"action": "cancel", "_selected_action": [jobs["report"]], "select_across": "1"}
+    confirm = admin_client.post(f"{JOBS}?queue=billing", chosen)
+    assert "Cancel 2 jobs, every one matching" in confirm.content.decode()
+    late = Job.objects.enqueue("billing.report", {"n": 2}, queue="billing").id
+    answer = {**chosen, "confirmed": "yes", "pgjobs_upto": confirm.context["upto"]}
+    done = admin_client.post(f"{JOBS}?queue=billing", answer, follow=True)
+    assert "2 jobs cancelled." in done.content.decode()
+    assert count(where="queue = 'billing'") == 1 and row(late, "state") == ("pending",)
+
+
+@pytest.mark.parametrize("action", ["run_now", "cancel"])
+def test_a_filter_wide_answer_without_the_bound_it_was_shown_is_refused(
+    admin_client: Client, jobs: dict[str, int], action: str
+) -> None:
+    forged = {
+        "action": action,
+        "_selected_action": [jobs["report"]],
+        "select_across": "1",
+        "confirmed": "yes",
+    }
+    response = admin_client.post(f"{JOBS}?queue=billing", forged, follow=True)
+    assert "Refused: this confirmation does not say up to which job" in response.content.decode()
+    assert count(where="queue = 'billing'") == 2
+    assert seconds_from_now("run_after", jobs["keyed"]) > 3000
+
+
+def snapshot() -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    return (
+        execute("SELECT id, state, run_after, attempts FROM pgjobs_job ORDER BY id"),
+        execute("SELECT id, reason FROM pgjobs_dead ORDER BY id"),
+    )
+
+
+not_an_id = hostile_text.filter(lambda text: not (text.isascii() and text.isdigit()))
+
+
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    action=st.sampled_from(["run_now", "cancel", "requeue", "delete_selected"]) | hostile_text,
+    select_across=st.sampled_from(["1", "0", "", "on", "yes"]) | hostile_text,
+    selected=st.lists(not_an_id, max_size=3),
+    upto=not_an_id,
+    answer=st.sampled_from(["yes", "no", ""]),
+    dead=st.booleans(),
+)
+def test_hostile_action_posts_are_refused_change_nothing_and_never_give_a_500(
+    admin_client: Client,
+    jobs: dict[str, int],
+    action: str,
+    select_across: str,
+    selected: list[str],
+    upto: str,
+    answer: str,
+    dead: bool,
+) -> None:
+    """The rule at the action form: rows that are no ids, an unknown action, a filter-wide
+    answer without the bound its confirmation showed: a confirmation page or a refusal,
+    nothing changed, never a 500."""
+    before = snapshot()
+    form = {
+        "action": action,
+        "select_across": select_across,
+        "_selected_action": selected,
+        "pgjobs_upto": upto,
+        "confirmed": answer,
+    }
+    response = admin_client.post(f"{DEAD if dead else JOBS}?queue=billing", form)
+    assert response.status_code in (200, 302, 400), form
+    assert snapshot() == before, form
