@@ -175,11 +175,11 @@ def offered_parameters(model_admin: admin.ModelAdmin, request: HttpRequest) -> f
             names.add(item.parameter_name)  # type: ignore[attr-defined]
             continue
         path, make = item if isinstance(item, list | tuple) else (item, FieldListFilter.create)
-        field = get_fields_from_path(model_admin.model, path)[-1]
+        field = get_fields_from_path(model_admin.model, str(path))[-1]
         # A field's filter names its parameters as it is made; made with no parameters,
         # it reads nothing (the choices are read only when the sidebar is drawn).
-        spec = make(field, request, {}, model_admin.model, model_admin, field_path=path)
-        names.update(spec.expected_parameters())
+        spec = make(field, request, {}, model_admin.model, model_admin, field_path=str(path))  # type: ignore[operator]
+        names.update(name for name in spec.expected_parameters() if name)
     return frozenset(names)
 
 
