@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
 from django.db.models import (
     DurationField,
     ExpressionWrapper,
@@ -30,7 +31,6 @@ from django_pgjobs.admin.common import (
 )
 from django_pgjobs.managers.workers import unserved_queues
 from django_pgjobs.models import Job, QueueControl, Worker
-from django_pgjobs.states import JobState
 
 
 @admin.register(Worker)
@@ -61,6 +61,9 @@ class WorkerAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-ar
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the sweeper prunes workers gone for a day
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return WorkerChangeList
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
         seen = ExpressionWrapper(Now() - F("last_seen_at"), output_field=DurationField())
@@ -98,11 +101,7 @@ class WorkerAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-ar
     def running_now(self, obj: Worker) -> SafeString:
         if worker_state(obj) != "live":
             return format_html("- (of {})", obj.concurrency)
-        ids = list(
-            Job.objects.filter(state=JobState.RUNNING, worker_id=obj.id)
-            .order_by("id")
-            .values_list("id", "kind")[:5]
-        )
+        ids = getattr(obj, "running_jobs", [])
         links = format_html_join(
             ", ",
             '<a href="{}">{}#{}</a>',
@@ -121,6 +120,18 @@ class WorkerAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-ar
     def seen(self, obj: Worker) -> str:
         seen_ago = getattr(obj, "seen_ago", None)
         return labels.ago(-seen_ago if seen_ago is not None else None)
+
+
+class WorkerChangeList(ChangeList):
+    """The page's workers, each live one with its first running jobs, read for the
+    whole page at once (not a scan of the running jobs per row)."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        live = [worker for worker in self.result_list if worker_state(worker) == "live"]
+        running = Job.objects.running_of_workers([worker.id for worker in live])
+        for worker in live:
+            worker.running_jobs = running.get(worker.id, [])
 
 
 def worker_state(obj: Worker) -> str:

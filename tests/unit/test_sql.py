@@ -140,6 +140,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "LIMIT_STATEMENT_TIME": {"timeout": "1500ms"},
     "PLAN_KEYED_CLAIM": {},
     "RUNNING_JOBS": {"queues": ["default"], "limit": 50},
+    "RUNNING_JOBS_OF_WORKERS": {"workers": ["w1"], "per_worker": 5},
     "LOCK_CURRENT_CLAIM": {"id": 1, "token": TOKEN},
     "CANCEL_JOB": {"ids": [1], **WAKE},
     "REQUEUE_DEAD_JOB": {"id": 1, **WAKE},
