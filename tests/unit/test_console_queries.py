@@ -222,3 +222,14 @@ def test_the_workers_page_reads_the_running_jobs_once_whatever_the_live_workers(
     assert len(five) == len(one)
     html = response.content.decode()
     assert "7 of 10: " in html and "and 2 more" in html and "2 of 10: " in html
+
+
+def test_the_waiting_filter_walks_an_index_of_the_waiting_jobs() -> None:
+    """Issue 26: `?state__exact=waiting` walked the whole table by id for a few rows."""
+    queryset = Job.objects.filter(state="waiting").order_by("-id")
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        listed = queryset[:50].explain()
+        capped = queryset.order_by()[:1001].explain()
+    assert "pgjobs_job_waiting" in listed, listed
+    assert "pgjobs_job_waiting" in capped, capped

@@ -344,3 +344,14 @@ def test_no_statement_uses_a_python_timestamp() -> None:
         # The only timestamps a caller passes are an explicit run_after chosen by the user
         # and cron ticks, computed from the database's clock.
         assert {"now", "at", "timestamp"}.isdisjoint(params), name
+
+
+def test_pruning_batches_walks_an_index_of_their_ends() -> None:
+    """Issue 26: PRUNE_BATCHES read every batch (a sequential scan and a sort) to find the
+    oldest ended ones."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + sql.PRUNE_BATCHES, SAMPLE_PARAMS["PRUNE_BATCHES"])
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+    assert "pgjobs_batch_ended" in plan, plan
+    assert "Seq Scan on pgjobs_batch " not in plan, plan
