@@ -92,9 +92,7 @@ class TestTheMetricsView:
         assert client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200
         assert compared == [(b"guess", TOKEN.encode()), (TOKEN.encode(), TOKEN.encode())]
 
-    def test_a_session_that_may_view_jobs_may_read_and_others_may_not(
-        self, client: Client
-    ) -> None:
+    def test_a_session_that_may_view_jobs_may_read_and_others_may_not(self, client: Client) -> None:
         """Issue 26: any staff user could read them, whatever their permissions."""
         from django.contrib.auth.models import Permission
 
