@@ -29,6 +29,7 @@ from django.utils.translation import gettext
 
 from django_pgjobs import labels, registry
 from django_pgjobs.admin.common import (
+    ACTION_BATCH,
     JOB_ID_MAX,
     CappedCountPaginator,
     JobChangeList,
@@ -590,7 +591,7 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
 
     def press(self, request: HttpRequest, name: str, obj: DeadJob) -> HttpResponse:
         if name == "delete":
-            DeadJob.objects.filter(pk=obj.pk).delete()
+            DeadJob.objects.delete_letters([obj.pk])
             self.message_user(request, f"Dead letter {obj} deleted.", messages.SUCCESS)
             return HttpResponseRedirect(reverse("admin:django_pgjobs_deadjob_changelist"))
         result = DeadJob.objects.requeue([obj.pk])
@@ -606,6 +607,41 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
     def last_error_line(self, obj: DeadJob) -> str:
         first = (obj.last_error or "").strip().splitlines()
         return _shortened(first[0], 60) if first else ""
+
+    def delete_model(self, request: HttpRequest, obj: DeadJob) -> None:
+        DeadJob.objects.delete_letters([obj.pk])  # with its edges, as pruning
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[DeadJob]) -> None:
+        ids = list(queryset.order_by("id").values_list("id", flat=True))
+        for start in range(0, len(ids), ACTION_BATCH):
+            DeadJob.objects.delete_letters(ids[start : start + ACTION_BATCH])
+
+    @admin.action(description="Delete (forget these dead letters)", permissions=["delete"])
+    def delete_selected(
+        self, request: HttpRequest, queryset: QuerySet[DeadJob]
+    ) -> HttpResponse | None:
+        """Django's delete_selected, as the other actions go: asked, in batches, on the
+        letters counted, each with its edges (not a page listing every row, then a
+        delete of whatever matches by then)."""
+        if not confirmed(request):
+            return confirmation(
+                self,
+                request,
+                queryset,
+                action="delete_selected",
+                question="Delete {jobs}",
+                title="Delete dead letters?",
+                explanation="Each is forgotten for good, with its edges: it can no longer "
+                "be requeued.",
+                button="Yes, delete them",
+            )
+        batches = chosen_batches(self, request, queryset)
+        if batches is None:
+            return None
+        deleted = sum(DeadJob.objects.delete_letters(batch) for batch in batches)
+        word = "dead letter" if deleted == 1 else "dead letters"
+        self.message_user(request, f"{deleted:,} {word} deleted.", messages.SUCCESS)
+        return None
 
     @admin.action(description="Requeue (back to pending, attempts reset)", permissions=["change"])
     def requeue(self, request: HttpRequest, queryset: QuerySet[DeadJob]) -> HttpResponse | None:

@@ -192,7 +192,7 @@ def test_requeue_reports_requeued_and_merged(admin_client: Client, jobs: dict) -
 def test_delete_dead_letters_with_confirmation(admin_client: Client, jobs: dict) -> None:
     selected = {"action": "delete_selected", "_selected_action": [jobs["dead"]]}
     assert admin_client.post(DEAD, selected).status_code == 200
-    admin_client.post(DEAD, {**selected, "post": "yes"})
+    admin_client.post(DEAD, {**selected, "confirmed": "yes"})
     assert count("pgjobs_dead") == 1
 
 

@@ -537,3 +537,39 @@ def test_hostile_action_posts_are_refused_change_nothing_and_never_give_a_500(
     response = admin_client.post(f"{DEAD if dead else JOBS}?queue=billing", form)
     assert response.status_code in (200, 302, 400), form
     assert snapshot() == before, form
+
+
+@pytest.fixture
+def dead_child() -> int:
+    """A dead letter with a parent: the child a failed parent took with it (S30)."""
+    from django_pgjobs.models import Dependency
+
+    parent = Job.objects.enqueue("flow.parent", queue="flow").id
+    child = Job.objects.enqueue("flow.child", queue="flow", after=[parent]).id
+    Job.objects.claim_one("flow", "w").fail("parent broke")
+    assert DeadJob.objects.filter(pk=child).exists()
+    assert Dependency.objects.filter(child_id=child).exists()
+    return child
+
+
+def test_deleting_a_dead_letter_by_its_button_deletes_its_edges(
+    admin_client: Client, dead_child: int
+) -> None:
+    """Issue 26: the dead letter went, its edges stayed in pgjobs_dependency (pruning
+    deletes them with it)."""
+    response = admin_client.post(act("deadjob", dead_child, "delete"), follow=True)
+    assert "deleted." in response.content.decode()
+    assert count("pgjobs_dead", "id = %s", [dead_child]) == 0
+    assert count("pgjobs_dependency", "child_id = %s", [dead_child]) == 0
+
+
+def test_deleting_dead_letters_by_the_action_asks_then_deletes_their_edges(
+    admin_client: Client, dead_child: int
+) -> None:
+    chosen = {"action": "delete_selected", "_selected_action": [dead_child]}
+    confirm = admin_client.post(DEAD, chosen)
+    assert confirm.status_code == 200 and count("pgjobs_dead", "id = %s", [dead_child]) == 1
+    done = admin_client.post(DEAD, {**chosen, "confirmed": "yes"}, follow=True)
+    assert "1 dead letter deleted." in done.content.decode()
+    assert count("pgjobs_dead", "id = %s", [dead_child]) == 0
+    assert count("pgjobs_dependency", "child_id = %s", [dead_child]) == 0

@@ -154,6 +154,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "LISTEN_CHANNEL": {},
     "TUNE_WORKER_SESSION": {},
     "RUN_JOBS_NOW": {"ids": [1], **WAKE},
+    "DELETE_DEAD_JOBS": {"ids": [1]},
     "READ_JOBS": {"ids": [1, 2]},
     "CANCEL_JOBS": {"ids": [1], "reason": "cancelled", **WAKE},
     "LIVE_QUEUE_NAMES": {},
