@@ -50,7 +50,7 @@ from django_pgjobs.admin.common import (
     refuse_unoffered_filters,
 )
 from django_pgjobs.admin.glance import glance, queue_statuses, throughput_chart
-from django_pgjobs.admin.workflow import WorkflowSection
+from django_pgjobs.admin.workflow import ChildrenOfFilter, ParentsOfFilter, WorkflowSection
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.models import DeadJob, Job
 from django_pgjobs.records import QueueStatus
@@ -371,7 +371,14 @@ class JobAdmin(ReadOnlyJobAdmin):
         "runs",
         "worker_short",
     )
-    list_filter = ("state", ReadinessFilter, QueueFilter, KindFilter)
+    list_filter = (
+        "state",
+        ReadinessFilter,
+        QueueFilter,
+        KindFilter,
+        ParentsOfFilter,
+        ChildrenOfFilter,
+    )
     extra_readonly = (*ReadOnlyJobAdmin.extra_readonly, "pretty_result", "progress_wide")
     actions = ("run_now", "cancel")
     buttons = (
@@ -551,7 +558,7 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
         "died_at",
         "last_error_line",
     )
-    list_filter = (ReasonFilter, DeadQueueFilter, KindFilter)
+    list_filter = (ReasonFilter, DeadQueueFilter, KindFilter, ParentsOfFilter, ChildrenOfFilter)
     actions = ("requeue", "delete_selected")
     buttons = (
         ("requeue", "Requeue", "Back to pending with fresh attempts."),

@@ -425,6 +425,7 @@ def test_hostile_filter_names_are_refused_and_read_nothing_never_a_500(
     offered = {"q", "o", "p", "e", "all", "_facets", "_popup", "_to_field", "_source_model"}
     offered |= {"reason", "queue", "kind"} if dead else {"state__exact", "state__isnull"}
     offered |= set() if dead else {"readiness", "queue", "kind"}
+    offered |= {"parents_of", "children_of"}
     with CaptureQueriesContext(connection) as captured:
         response = viewer.get(url, {name: value})
     assert response.status_code in (200, 302, 400), (name, value, response.status_code)
@@ -573,3 +574,35 @@ def test_deleting_dead_letters_by_the_action_asks_then_deletes_their_edges(
     assert "1 dead letter deleted." in done.content.decode()
     assert count("pgjobs_dead", "id = %s", [dead_child]) == 0
     assert count("pgjobs_dependency", "child_id = %s", [dead_child]) == 0
+
+
+def test_a_callbacks_page_shows_its_first_parents_with_their_count_and_a_link_to_all(
+    admin_client: Client,
+) -> None:
+    """Issue 26: a callback's page rendered an edge per member of its batch (a batch of
+    a million members: a page of a million links)."""
+    from django_pgjobs.batches import Callback, batch
+
+    with batch(on_complete=Callback("tests.plain")) as b:
+        for n in range(30):
+            b.add("tests.plain", value=n)
+    (callback,) = b.fired
+    members = sorted(member.id for member in b.members)
+    page = admin_client.get(job_page(callback.id)).content.decode()
+    linked = [m for m in members if f"'{job_page(m)}'" in page or f'"{job_page(m)}"' in page]
+    assert linked == members[:20]  # the first by id, not all 30
+    assert "Waits for 30 jobs" in page
+    assert f"?parents_of={callback.id}" in page
+    assert shown(admin_client, JOBS, parents_of=str(callback.id)) == set(members)
+    assert shown(admin_client, DEAD, parents_of=str(callback.id)) == set()
+    member_page = admin_client.get(job_page(members[0])).content.decode()
+    assert "Waited for by 1 job" in member_page
+
+
+@pytest.mark.parametrize("value", ["", "x", "-1", "0", "9" * 30, "\uff11"])  # a fullwidth 1
+def test_the_edge_filters_take_only_job_ids(admin_client: Client, value: str) -> None:
+    Job.objects.enqueue("tests.plain")
+    for name in ("parents_of", "children_of"):
+        for url in (JOBS, DEAD):
+            listed = shown(admin_client, url, **{name: value})
+            assert listed == set() or (not value and url == JOBS), (name, value)

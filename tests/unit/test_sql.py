@@ -155,6 +155,8 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "TUNE_WORKER_SESSION": {},
     "RUN_JOBS_NOW": {"ids": [1], **WAKE},
     "DELETE_DEAD_JOBS": {"ids": [1]},
+    "FIRST_EDGES_OF_JOB": {"id": 1, "limit": 20},
+    "EDGE_COUNTS_OF_JOB": {"id": 1, "cap": 1000},
     "READ_JOBS": {"ids": [1, 2]},
     "CANCEL_JOBS": {"ids": [1], "reason": "cancelled", **WAKE},
     "LIVE_QUEUE_NAMES": {},
