@@ -12,7 +12,13 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from django_pgjobs.admin.common import humane_time, refuse_action, refuse_bad_params
+from django_pgjobs.admin.common import (
+    OfferedFiltersOnly,
+    humane_time,
+    refuse_action,
+    refuse_bad_params,
+    refuse_unoffered_filters,
+)
 from django_pgjobs.managers.batches import read_batch
 from django_pgjobs.models import Batch
 from django_pgjobs.records import BatchRecord
@@ -28,7 +34,7 @@ CALLBACK_STATES = {
 
 
 @admin.register(Batch)
-class BatchAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class BatchAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     """Every batch, newest first: its state, progress and callbacks. Read only."""
 
     list_display = ("id", "state", "progress", "callbacks", "created", "ended")
@@ -48,7 +54,11 @@ class BatchAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        refused = refuse_bad_params(request) or refuse_action(self, request)
+        refused = (
+            refuse_bad_params(request)
+            or refuse_unoffered_filters(self, request)
+            or refuse_action(self, request)
+        )
         if refused is not None:
             return refused
         return super().changelist_view(request, extra_context)

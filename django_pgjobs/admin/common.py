@@ -4,13 +4,17 @@ capped paginator, and the refusals (a bad query, an action this user may not run
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.contrib.admin.views.main import ChangeList
+from django.contrib.admin.filters import FieldListFilter, ListFilter
+from django.contrib.admin.utils import get_fields_from_path
+from django.contrib.admin.views.main import ERROR_FLAG, IGNORED_PARAMS, PAGE_VAR, ChangeList
 from django.core.paginator import Paginator
-from django.db.models import QuerySet
+from django.db.models import Max, QuerySet
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -26,6 +30,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from django_pgjobs.admin.rows import results_table
 from django_pgjobs.models import Job
+from django_pgjobs.records import COUNT_CAP
 
 
 def pretty_json(value: Any) -> SafeString:
@@ -156,6 +161,54 @@ def refuse_bad_params(request: HttpRequest) -> HttpResponse | None:
     return None
 
 
+#: What every list takes besides its filters: Django's own search, order, page, "show
+#: all", popup and facets parameters, and its error flag.
+LIST_PARAMETERS = frozenset({*IGNORED_PARAMS, PAGE_VAR, ERROR_FLAG})
+
+
+def offered_parameters(model_admin: admin.ModelAdmin, request: HttpRequest) -> frozenset[str]:  # type: ignore[type-arg]
+    """The query parameters a list offers: its filters' (as each filter names them) and
+    Django's own (LIST_PARAMETERS); nothing else reaches a query."""
+    names = set(LIST_PARAMETERS)
+    for item in model_admin.get_list_filter(request):
+        if isinstance(item, type) and issubclass(item, ListFilter):
+            names.add(item.parameter_name)  # type: ignore[attr-defined]
+            continue
+        path, make = item if isinstance(item, list | tuple) else (item, FieldListFilter.create)
+        field = get_fields_from_path(model_admin.model, str(path))[-1]
+        # A field's filter names its parameters as it is made; made with no parameters,
+        # it reads nothing (the choices are read only when the sidebar is drawn).
+        spec = make(field, request, {}, model_admin.model, model_admin, field_path=str(path))  # type: ignore[operator]
+        names.update(name for name in spec.expected_parameters() if name)
+    return frozenset(names)
+
+
+class OfferedFiltersOnly:
+    """A list that filters only as its sidebar offers (`offered_parameters`): Django's
+    default admits any lookup on any local field from the URL (`?payload__icontains=`),
+    a scan of every row for whoever may view the list."""
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        return lookup in offered_parameters(self, request)  # type: ignore[arg-type]
+
+
+def refuse_unoffered_filters(
+    model_admin: admin.ModelAdmin,  # type: ignore[type-arg]
+    request: HttpRequest,
+) -> HttpResponse | None:
+    """A 400 for a query parameter the list does not offer, before anything is read."""
+    offered = offered_parameters(model_admin, request)
+    unknown = sorted(name for name in request.GET if name not in offered)
+    if not unknown:
+        return None
+    filters = sorted(offered - LIST_PARAMETERS)
+    return HttpResponseBadRequest(
+        f"{str(unknown[0])[:100]!r} is not one of this list's filters, which are: "
+        f"{', '.join(filters) or 'none'} (and the search box). Nothing was read.",
+        content_type="text/plain",
+    )
+
+
 def refuse_action(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResponse | None:  # type: ignore[type-arg]
     """A POSTed action this user may not run: refused with a message, nothing changed."""
     name = request.POST.get("action") if request.method == "POST" else None
@@ -180,33 +233,51 @@ def jobs_word(count: int) -> str:
     return "job" if count == 1 else "jobs"
 
 
-#: Jobs per statement when an action applies to every job matching the filter.
+#: Jobs per statement when an action applies to more than a page of jobs.
 ACTION_BATCH = 1000
 
-
-def in_batches(ids: list[int], size: int = ACTION_BATCH) -> list[list[int]]:
-    """`ids` in lists of at most `size`, so that no statement holds a million locks."""
-    return [ids[start : start + size] for start in range(0, len(ids), size)]
+#: The field of a filter-wide confirmation that bounds what the confirmed action acts
+#: on: the largest id matching the filter when the count was shown.
+UPTO_FIELD = "pgjobs_upto"
 
 
 def all_matching(request: HttpRequest) -> bool:
-    """Whether the action is for every row matching the list's filter ("select all")."""
-    return request.POST.get("select_across") == "1"
+    """Whether the action is for every row matching the list's filter ("select all"),
+    read as Django's action form reads it (any value but "", "0" or "false")."""
+    value = request.POST.get("select_across")
+    return bool(forms.BooleanField(required=False).to_python(value))
 
 
 def confirmation(
     model_admin: admin.ModelAdmin,  # type: ignore[type-arg]
     request: HttpRequest,
     queryset: QuerySet[Any],
-    ids: list[int],
     *,
     action: str,
+    question: str,
     title: str,
     explanation: str,
     button: str,
 ) -> TemplateResponse:
-    """The page that states how many jobs an action is about to change, and asks."""
+    """The page that states how many jobs an action is about to change, and asks:
+    `question` with "{jobs}" where the count goes ("Cancel {jobs}").
+
+    For the page's ticked rows, it carries their ids. For every row matching the filter,
+    it counts them (past COUNT_CAP, the planner's estimate) and carries the largest id
+    among them: the confirmed action acts on the matching jobs up to that id only
+    (`chosen_batches`), never on jobs that came after the count was shown.
+    """
     across = all_matching(request)
+    ids: list[Any] = []
+    upto = None
+    if across:
+        total = Job.objects.capped_count(queryset)
+        upto = queryset.order_by().aggregate(upto=Max("id"))["upto"] or 0
+        ids = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)  # says "there was one"
+    else:
+        ids = list(queryset.order_by("id").values_list("id", flat=True))
+        total = len(ids)
+    estimated = total > COUNT_CAP
     return TemplateResponse(
         request,
         "admin/django_pgjobs/action_confirmation.html",
@@ -218,10 +289,68 @@ def confirmation(
             "explanation": explanation,
             "button": button,
             "jobs": queryset.order_by("id")[:20],
-            "count": len(ids),
+            "count": total,
+            "question": question.format(
+                jobs=f"{'about ' if estimated else ''}{total:,} {jobs_word(total)}"
+            ),
+            "more_label": f"about {total - 20:,}" if estimated else f"{total - 20:,}",
+            "batch": f"{ACTION_BATCH:,}",
             "select_across": across,
-            # All matching: the page's own selection only says "there was one".
-            "ids": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME) if across else ids,
+            "ids": ids,
+            "upto_field": UPTO_FIELD,
+            "upto": upto,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         },
     )
+
+
+def confirmed(request: HttpRequest) -> bool:
+    """Whether the POST is the answer of the confirmation page."""
+    return request.POST.get("confirmed") == "yes"
+
+
+def confirmed_bound(request: HttpRequest) -> int | None:
+    """The largest id a filter-wide confirmation showed, or None if the POST has no
+    valid one (a forged or stale form: the action is then refused)."""
+    value = request.POST.get(UPTO_FIELD, "")
+    if not (value.isascii() and value.isdigit()) or int(value) > JOB_ID_MAX:
+        return None
+    return int(value)
+
+
+def chosen_batches(
+    model_admin: admin.ModelAdmin,  # type: ignore[type-arg]
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+) -> Iterator[list[int]] | None:
+    """The ids a confirmed action acts on, ACTION_BATCH at a time, so that no statement
+    holds a million locks: the page's ticked rows, or (filter-wide) the rows matching
+    the filter up to the largest id its confirmation showed, read a batch at a time in
+    id order. None, with a message saying the action was refused, for a filter-wide
+    POST without a valid bound (a stale or altered form)."""
+    ordered = queryset.order_by("id").values_list("id", flat=True)
+    if not all_matching(request):
+        ids = list(ordered)
+        return iter(
+            [ids[start : start + ACTION_BATCH] for start in range(0, len(ids), ACTION_BATCH)]
+        )
+    upto = confirmed_bound(request)
+    if upto is None:
+        model_admin.message_user(
+            request,
+            "Refused: this confirmation does not say up to which job it counted (a stale "
+            "or altered form); nothing was changed. Run the action again.",
+            messages.ERROR,
+        )
+        return None
+    return _walk(ordered, upto)
+
+
+def _walk(ordered: QuerySet[Any], upto: int) -> Iterator[list[int]]:
+    last = 0
+    while last < upto:
+        batch = list(ordered.filter(id__gt=last, id__lte=upto)[:ACTION_BATCH])
+        if not batch:
+            return
+        yield batch
+        last = batch[-1]

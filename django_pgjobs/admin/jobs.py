@@ -27,16 +27,19 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 
-from django_pgjobs import labels, registry
+from django_pgjobs import labels
 from django_pgjobs.admin.common import (
+    ACTION_BATCH,
     JOB_ID_MAX,
     CappedCountPaginator,
     JobChangeList,
+    OfferedFiltersOnly,
     all_matching,
+    chosen_batches,
     confirmation,
+    confirmed,
     error_history,
     humane_time,
-    in_batches,
     job_id_of,
     jobs_word,
     latest_traceback,
@@ -44,120 +47,25 @@ from django_pgjobs.admin.common import (
     progress_bar,
     refuse_action,
     refuse_bad_params,
+    refuse_unoffered_filters,
 )
-from django_pgjobs.admin.glance import glance, queue_statuses, throughput_chart
-from django_pgjobs.admin.workflow import WorkflowSection
-from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.admin.filters import (
+    DeadQueueFilter,
+    KindFilter,
+    QueueFilter,
+    ReadinessFilter,
+    ReasonFilter,
+)
+from django_pgjobs.admin.glance import glance, throughput_chart
+from django_pgjobs.admin.workflow import ChildrenOfFilter, ParentsOfFilter, WorkflowSection
 from django_pgjobs.models import DeadJob, Job
-from django_pgjobs.records import QueueStatus
 from django_pgjobs.states import JobState
-
-
-class QueueFilter(admin.SimpleListFilter):
-    """Queues with pending or running jobs, and the configured ones: taken from the
-    statuses the glance above the list has read, not from a scan of their own."""
-
-    title = "queue"
-    parameter_name = "queue"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(queue, queue) for queue in self.queues(queue_statuses(request))]
-
-    def queues(self, statuses: list[QueueStatus]) -> list[str]:
-        live = {
-            status.queue
-            for status in statuses
-            if status.runnable.value or status.scheduled.value or status.running.value
-        }
-        return sorted(live | set(pgjobs_settings.QUEUES))
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        return queryset.filter(queue=self.value()) if self.value() else queryset
-
-
-class DeadQueueFilter(QueueFilter):
-    """Queues with dead letters, from the glance's statuses as for the jobs."""
-
-    def queues(self, statuses: list[QueueStatus]) -> list[str]:
-        return [status.queue for status in statuses if status.dead.value]
-
-
-class KindFilter(admin.SimpleListFilter):
-    """Kinds this process knows (the registry), not a DISTINCT over the table."""
-
-    title = "kind"
-    parameter_name = "kind"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(kind, kind) for kind in registry.registered_kinds()]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        return queryset.filter(kind=self.value()) if self.value() else queryset
-
-
-class ReadinessFilter(admin.SimpleListFilter):
-    """Pending jobs that may run now, against those scheduled later (database clock)."""
-
-    title = "readiness"
-    parameter_name = "readiness"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [
-            ("runnable", "runnable now"),
-            ("scheduled", "scheduled later"),
-            ("retrying", "retrying (tried before)"),
-        ]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        pending = Q(state=JobState.PENDING)
-        if self.value() == "runnable":
-            return queryset.filter(pending, run_after__lte=Now())
-        if self.value() == "scheduled":
-            return queryset.filter(pending, run_after__gt=Now())
-        if self.value() == "retrying":
-            return queryset.filter(pending, attempts__gt=0)
-        return queryset
-
 
 #: The longest search term worth sending: no kind, key or id is longer.
 SEARCH_MAX_CHARS = 300
 
-#: Dead letters by why they died: a bounded list, however many distinct `Fail()`
-#: messages there are. "other" is every reason none of the others matches.
-REASON_CATEGORIES: dict[str, tuple[str, Q]] = {
-    "max_attempts": ("max attempts exceeded", Q(reason="max attempts exceeded")),
-    "failed": ("failed", Q(reason="failed")),
-    "expired": ("expired", Q(reason="expired")),
-    "cancelled": ("cancelled", Q(reason="cancelled")),
-    "unknown_kind": ("unknown kind", Q(reason__startswith="unknown job kind")),
-    "payload": ("payload does not fit", Q(reason__startswith="payload does not fit")),
-}
 
-
-class ReasonFilter(admin.SimpleListFilter):
-    """Dead letters by category of reason, never a DISTINCT over every reason text."""
-
-    title = "reason"
-    parameter_name = "reason"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(value, label) for value, (label, _) in REASON_CATEGORIES.items()] + [
-            ("other", "other")
-        ]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        if value in REASON_CATEGORIES:
-            return queryset.filter(REASON_CATEGORIES[value][1])
-        if value == "other":
-            known = Q()
-            for _, match in REASON_CATEGORIES.values():
-                known |= match
-            return queryset.exclude(known)
-        return queryset
-
-
-class ReadOnlyJobAdmin(WorkflowSection, admin.ModelAdmin):  # type: ignore[type-arg]
+class ReadOnlyJobAdmin(OfferedFiltersOnly, WorkflowSection, admin.ModelAdmin):  # type: ignore[type-arg]
     """What both tables share: read-only detail pages led by what went wrong, action
     buttons on them, capped counts, a search along the indexes."""
 
@@ -230,7 +138,11 @@ class ReadOnlyJobAdmin(WorkflowSection, admin.ModelAdmin):  # type: ignore[type-
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        refused = refuse_bad_params(request) or self.refuse_forged_action(request)
+        refused = (
+            refuse_bad_params(request)
+            or refuse_unoffered_filters(self, request)
+            or self.refuse_forged_action(request)
+        )
         if refused is not None:
             return refused
         context = {
@@ -241,8 +153,20 @@ class ReadOnlyJobAdmin(WorkflowSection, admin.ModelAdmin):  # type: ignore[type-
         return super().changelist_view(request, {**(extra_context or {}), **context})
 
     def refuse_forged_action(self, request: HttpRequest) -> HttpResponse | None:
-        """An action this user may not run: say it was refused, and change nothing."""
-        return refuse_action(self, request)
+        """An action this user may not run, or on rows that are no job ids: say it was
+        refused, and change nothing."""
+        refused = refuse_action(self, request)
+        if refused is not None or request.method != "POST" or not request.POST.get("action"):
+            return refused
+        for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+            if not job_id_of(value):
+                self.message_user(
+                    request,
+                    f"Refused: {value[:40]!r} is not a job id; nothing was changed.",
+                    messages.ERROR,
+                )
+                return HttpResponseRedirect(request.get_full_path())
+        return None
 
     def change_view(
         self,
@@ -351,7 +275,14 @@ class JobAdmin(ReadOnlyJobAdmin):
         "runs",
         "worker_short",
     )
-    list_filter = ("state", ReadinessFilter, QueueFilter, KindFilter)
+    list_filter = (
+        "state",
+        ReadinessFilter,
+        QueueFilter,
+        KindFilter,
+        ParentsOfFilter,
+        ChildrenOfFilter,
+    )
     extra_readonly = (*ReadOnlyJobAdmin.extra_readonly, "pretty_result", "progress_wide")
     actions = ("run_now", "cancel")
     buttons = (
@@ -469,28 +400,50 @@ class JobAdmin(ReadOnlyJobAdmin):
         return pretty_json(obj.result)
 
     @admin.action(description="Run now (pending jobs)", permissions=["change"])
-    def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        moved = Job.objects.run_now(list(queryset.values_list("id", flat=True)))
-        self.message_user(request, f"{moved} {jobs_word(moved)} set to run now.", messages.SUCCESS)
-
-    @admin.action(description="Cancel (dead-letter as cancelled)", permissions=["change"])
-    def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
-        ids = list(queryset.order_by("id").values_list("id", flat=True))
-        if request.POST.get("confirmed") != "yes":
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        if all_matching(request) and not confirmed(request):
             return confirmation(
                 self,
                 request,
                 queryset,
-                ids,
+                action="run_now",
+                question="Run {jobs} now",
+                title="Run jobs now?",
+                explanation="Each pending one becomes runnable at once; the others are skipped.",
+                button="Yes, run them now",
+            )
+        batches = chosen_batches(self, request, queryset)
+        if batches is None:
+            return None
+        moved = sum(Job.objects.run_now(batch) for batch in batches)
+        self.message_user(
+            request, f"{moved:,} {jobs_word(moved)} set to run now.", messages.SUCCESS
+        )
+        return None
+
+    @admin.action(description="Cancel (dead-letter as cancelled)", permissions=["change"])
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        if not confirmed(request):
+            return confirmation(
+                self,
+                request,
+                queryset,
                 action="cancel",
+                question="Cancel {jobs}",
                 title="Cancel jobs?",
                 explanation="Each moves to the dead letters with the reason cancelled; a "
                 "running one's handler is told and can no longer record anything. A "
                 "cancelled job can be requeued from the dead letters.",
                 button="Yes, cancel them",
             )
-        cancelled = sum(Job.objects.cancel_many(batch) for batch in in_batches(ids))
-        skipped = len(ids) - cancelled
+        batches = chosen_batches(self, request, queryset)
+        if batches is None:
+            return None
+        cancelled = chosen = 0
+        for batch in batches:
+            chosen += len(batch)
+            cancelled += Job.objects.cancel_many(batch)
+        skipped = chosen - cancelled
         message = f"{cancelled:,} {jobs_word(cancelled)} cancelled"
         if skipped:
             message += f", {skipped:,} skipped (already finished)"
@@ -509,7 +462,7 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
         "died_at",
         "last_error_line",
     )
-    list_filter = (ReasonFilter, DeadQueueFilter, KindFilter)
+    list_filter = (ReasonFilter, DeadQueueFilter, KindFilter, ParentsOfFilter, ChildrenOfFilter)
     actions = ("requeue", "delete_selected")
     buttons = (
         ("requeue", "Requeue", "Back to pending with fresh attempts."),
@@ -549,7 +502,7 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
 
     def press(self, request: HttpRequest, name: str, obj: DeadJob) -> HttpResponse:
         if name == "delete":
-            DeadJob.objects.filter(pk=obj.pk).delete()
+            DeadJob.objects.delete_letters([obj.pk])
             self.message_user(request, f"Dead letter {obj} deleted.", messages.SUCCESS)
             return HttpResponseRedirect(reverse("admin:django_pgjobs_deadjob_changelist"))
         result = DeadJob.objects.requeue([obj.pk])
@@ -566,23 +519,60 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
         first = (obj.last_error or "").strip().splitlines()
         return _shortened(first[0], 60) if first else ""
 
-    @admin.action(description="Requeue (back to pending, attempts reset)", permissions=["change"])
-    def requeue(self, request: HttpRequest, queryset: QuerySet[DeadJob]) -> HttpResponse | None:
+    def delete_model(self, request: HttpRequest, obj: DeadJob) -> None:
+        DeadJob.objects.delete_letters([obj.pk])  # with its edges, as pruning
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[DeadJob]) -> None:
         ids = list(queryset.order_by("id").values_list("id", flat=True))
-        if all_matching(request) and request.POST.get("confirmed") != "yes":
+        for start in range(0, len(ids), ACTION_BATCH):
+            DeadJob.objects.delete_letters(ids[start : start + ACTION_BATCH])
+
+    @admin.action(description="Delete (forget these dead letters)", permissions=["delete"])
+    def delete_selected(
+        self, request: HttpRequest, queryset: QuerySet[DeadJob]
+    ) -> HttpResponse | None:
+        """Django's delete_selected, as the other actions go: asked, in batches, on the
+        letters counted, each with its edges (not a page listing every row, then a
+        delete of whatever matches by then)."""
+        if not confirmed(request):
             return confirmation(
                 self,
                 request,
                 queryset,
-                ids,
+                action="delete_selected",
+                question="Delete {jobs}",
+                title="Delete dead letters?",
+                explanation="Each is forgotten for good, with its edges: it can no longer "
+                "be requeued.",
+                button="Yes, delete them",
+            )
+        batches = chosen_batches(self, request, queryset)
+        if batches is None:
+            return None
+        deleted = sum(DeadJob.objects.delete_letters(batch) for batch in batches)
+        word = "dead letter" if deleted == 1 else "dead letters"
+        self.message_user(request, f"{deleted:,} {word} deleted.", messages.SUCCESS)
+        return None
+
+    @admin.action(description="Requeue (back to pending, attempts reset)", permissions=["change"])
+    def requeue(self, request: HttpRequest, queryset: QuerySet[DeadJob]) -> HttpResponse | None:
+        if all_matching(request) and not confirmed(request):
+            return confirmation(
+                self,
+                request,
+                queryset,
                 action="requeue",
+                question="Requeue {jobs}",
                 title="Requeue dead letters?",
                 explanation="Each goes back to pending with fresh attempts; one whose key "
                 "has a live job is merged into it.",
                 button="Yes, requeue them",
             )
+        batches = chosen_batches(self, request, queryset)
+        if batches is None:
+            return None
         requeued = merged = 0
-        for batch in in_batches(ids):
+        for batch in batches:
             result = DeadJob.objects.requeue(batch)
             requeued, merged = requeued + result.requeued, merged + result.merged
         message = f"{requeued:,} {jobs_word(requeued)} requeued"

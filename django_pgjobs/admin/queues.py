@@ -25,9 +25,11 @@ from django.http import (
 
 from django_pgjobs import labels, options
 from django_pgjobs.admin.common import (
+    OfferedFiltersOnly,
     jobs_word,
     refuse_action,
     refuse_bad_params,
+    refuse_unoffered_filters,
 )
 from django_pgjobs.admin.glance import glance, queue_statuses, throughput_chart
 from django_pgjobs.exceptions import InvalidJobOption
@@ -76,7 +78,7 @@ class QueueChangeList(ChangeList):
 
 
 @admin.register(QueueControl)
-class QueueControlAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class QueueControlAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     """Every queue with jobs, paused or limited: pause, resume, and its running limit."""
 
     form = QueueControlForm
@@ -125,7 +127,11 @@ class QueueControlAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        refused = refuse_bad_params(request) or refuse_action(self, request)
+        refused = (
+            refuse_bad_params(request)
+            or refuse_unoffered_filters(self, request)
+            or refuse_action(self, request)
+        )
         if refused is not None:
             return refused
         if request.method == "POST" and request.POST.get("action"):
@@ -190,7 +196,7 @@ class QueueControlAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ScheduleAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     """Periodic jobs as declared in code and settings: when they run next, how the last
     run went; enable, disable, or run one now."""
 
@@ -216,7 +222,11 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        refused = refuse_bad_params(request) or refuse_action(self, request)
+        refused = (
+            refuse_bad_params(request)
+            or refuse_unoffered_filters(self, request)
+            or refuse_action(self, request)
+        )
         if refused is not None:
             return refused
         return super().changelist_view(request, {**(extra_context or {}), "title": "Schedules"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
 from django.db.models import (
     DurationField,
     ExpressionWrapper,
@@ -22,17 +23,18 @@ from django.utils.safestring import SafeString
 
 from django_pgjobs import labels
 from django_pgjobs.admin.common import (
+    OfferedFiltersOnly,
     humane_time,
     refuse_action,
     refuse_bad_params,
+    refuse_unoffered_filters,
 )
 from django_pgjobs.managers.workers import unserved_queues
 from django_pgjobs.models import Job, QueueControl, Worker
-from django_pgjobs.states import JobState
 
 
 @admin.register(Worker)
-class WorkerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class WorkerAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     """The workers as they last reported themselves: live, stopped, or gone (3 missed
     heartbeats by the database clock), and what each runs now. Read only."""
 
@@ -60,6 +62,9 @@ class WorkerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the sweeper prunes workers gone for a day
 
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return WorkerChangeList
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
         seen = ExpressionWrapper(Now() - F("last_seen_at"), output_field=DurationField())
         queryset: QuerySet[Worker] = super().get_queryset(request)
@@ -68,7 +73,11 @@ class WorkerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        refused = refuse_bad_params(request) or refuse_action(self, request)
+        refused = (
+            refuse_bad_params(request)
+            or refuse_unoffered_filters(self, request)
+            or refuse_action(self, request)
+        )
         if refused is not None:
             return refused
         unserved = unserved_queues(QueueControl.objects.status(), Worker.objects.status())
@@ -92,11 +101,7 @@ class WorkerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def running_now(self, obj: Worker) -> SafeString:
         if worker_state(obj) != "live":
             return format_html("- (of {})", obj.concurrency)
-        ids = list(
-            Job.objects.filter(state=JobState.RUNNING, worker_id=obj.id)
-            .order_by("id")
-            .values_list("id", "kind")[:5]
-        )
+        ids = getattr(obj, "running_jobs", [])
         links = format_html_join(
             ", ",
             '<a href="{}">{}#{}</a>',
@@ -115,6 +120,18 @@ class WorkerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def seen(self, obj: Worker) -> str:
         seen_ago = getattr(obj, "seen_ago", None)
         return labels.ago(-seen_ago if seen_ago is not None else None)
+
+
+class WorkerChangeList(ChangeList):
+    """The page's workers, each live one with its first running jobs, read for the
+    whole page at once (not a scan of the running jobs per row)."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        live = [worker for worker in self.result_list if worker_state(worker) == "live"]
+        running = Job.objects.running_of_workers([worker.id for worker in live])
+        for worker in live:
+            worker.running_jobs = running.get(worker.id, [])
 
 
 def worker_state(obj: Worker) -> str:

@@ -1,22 +1,67 @@
 """A job's place in a workflow on its own page (S29-S31): its parents (how each
 dependency takes a death, whether it ended), its children, and its batch (progress and
-callbacks), each linked to where that job is now."""
+callbacks), each linked to where that job is now; the first of them only, with a link
+to the lists filtered on its edges (`ParentsOfFilter`, `ChildrenOfFilter`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from django_pgjobs.admin.common import job_id_of
 from django_pgjobs.managers.batches import batch_of_job
-from django_pgjobs.managers.workflows import EdgeOf, edges_of
+from django_pgjobs.managers.workflows import EdgeOf, first_edges_of
+from django_pgjobs.models import Dependency
+from django_pgjobs.records import COUNT_CAP
+
+#: The parents, and the children, a job's page shows at most (a batch's callback has a
+#: parent per member): the rest are a link away.
+EDGES_SHOWN = 20
 
 #: How an edge ended, as the page says it.
 ENDED = {None: "not yet", "done": "done", "failed": "dead or cancelled"}
+
+
+class EdgeFilter(admin.SimpleListFilter):
+    """The jobs at the other end of one job's edges (S29), for the link under its page's
+    first few: shown only while it is set, since no list of every job fits a sidebar."""
+
+    #: The side of the named job's edges the listed jobs are at: "parent" or "child".
+    side = ""
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(value, f"#{value[:20]}")] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if not self.value():
+            return queryset
+        job_id = job_id_of(self.value() or "")
+        if not job_id:
+            return queryset.none()
+        if self.side == "parent":
+            parents = Dependency.objects.filter(child_id=job_id).values("parent_id")
+            return queryset.filter(id__in=parents)
+        children = Dependency.objects.filter(parent_id=job_id).values("child_id")
+        return queryset.filter(id__in=children)
+
+
+class ParentsOfFilter(EdgeFilter):
+    title = "parents of"
+    parameter_name = "parents_of"
+    side = "parent"
+
+
+class ChildrenOfFilter(EdgeFilter):
+    title = "children of"
+    parameter_name = "children_of"
+    side = "child"
 
 
 class WorkflowSection:
@@ -53,14 +98,16 @@ def has_workflow(obj: Any) -> bool:
 def workflow_html(obj: Any) -> SafeString:
     """The job's parents, children and batch as the page shows them."""
     using = obj._state.db
-    edges = edges_of(obj.pk, using)
+    found = first_edges_of(obj.pk, EDGES_SHOWN, using)
     parts = []
-    parents = [edge for edge in edges if edge.side == "parent"]
-    children = [edge for edge in edges if edge.side == "child"]
+    parents = [edge for edge in found.edges if edge.side == "parent"]
+    children = [edge for edge in found.edges if edge.side == "child"]
     if parents:
-        parts.append(format_html("<p><strong>Waits for</strong></p>{}", _edges(parents, True)))
+        heading = _heading("Waits for", found.parents, len(parents), "parents_of", obj.pk)
+        parts.append(format_html("{}{}", heading, _edges(parents, True)))
     if children:
-        parts.append(format_html("<p><strong>Waited for by</strong></p>{}", _edges(children)))
+        heading = _heading("Waited for by", found.children, len(children), "children_of", obj.pk)
+        parts.append(format_html("{}{}", heading, _edges(children)))
     batch = batch_of_job(obj.pk, using)
     if batch is not None:
         ended = batch.done + batch.failed
@@ -85,6 +132,25 @@ def workflow_html(obj: Any) -> SafeString:
             )
         )
     return format_html_join(mark_safe(""), "{}", ((part,) for part in parts)) or mark_safe("-")
+
+
+def _heading(title: str, total: int, shown: int, parameter: str, job_id: int) -> SafeString:
+    """ "Waits for 3 jobs", and, past the ones shown, which they are and where the rest
+    are: the live and the dead lists filtered on this job's edges."""
+    many = f"over {COUNT_CAP:,}" if total > COUNT_CAP else f"{total:,}"
+    text = format_html("<strong>{} {} {}</strong>", title, many, "job" if total == 1 else "jobs")
+    if total <= shown:
+        return format_html("<p>{}</p>", text)
+    live = reverse("admin:django_pgjobs_job_changelist") + f"?{parameter}={job_id}"
+    dead = reverse("admin:django_pgjobs_deadjob_changelist") + f"?{parameter}={job_id}"
+    return format_html(
+        "<p>{} (the first {} by id; every one: <a href='{}'>live</a>, "
+        "<a href='{}'>dead letters</a>)</p>",
+        text,
+        shown,
+        live,
+        dead,
+    )
 
 
 def _edges(edges: list[EdgeOf], parents: bool = False) -> SafeString:

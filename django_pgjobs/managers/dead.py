@@ -39,6 +39,13 @@ class DeadJobManager(models.Manager["DeadJob"]):
                         merged += 1
         return RequeueResult(requeued=requeued, merged=merged)
 
+    def delete_letters(self, ids: Sequence[int], *, using: str | None = None) -> int:
+        """Delete the dead letters `ids` for good, with their edges (as pruning does);
+        ids that are no dead letter are skipped. Returns how many were deleted."""
+        params = {"ids": db.array_of_ids(ids)}
+        ((deleted,),) = db.fetchall(sql.DELETE_DEAD_JOBS, params, using)
+        return int(deleted)
+
     def prune_in_queues(
         self, queues: Sequence[str], retention_s: float, limit: int, *, using: str | None = None
     ) -> int:

@@ -67,6 +67,19 @@ class JobReads(models.Manager["Job"]):
             for row in db.fetch_named(sql.RUNNING_JOBS, params, using)
         ]
 
+    def running_of_workers(
+        self, worker_ids: Sequence[str], *, per_worker: int = 5, using: str | None = None
+    ) -> dict[str, list[tuple[int, str]]]:
+        """Up to `per_worker` running jobs of each of `worker_ids`, by id: (id, kind) by
+        worker, in one read (a worker running none is absent)."""
+        if not worker_ids:
+            return {}
+        params = {"workers": list(worker_ids), "per_worker": per_worker}
+        found: dict[str, list[tuple[int, str]]] = {}
+        for worker_id, job_id, kind in db.fetchall(sql.RUNNING_JOBS_OF_WORKERS, params, using):
+            found.setdefault(worker_id, []).append((job_id, kind))
+        return found
+
     def get_jobs(self, job_ids: Sequence[int], *, using: str | None = None) -> dict[int, JobRecord]:
         """Read many jobs from the live and the dead table in one statement (S19): those
         found, by id."""

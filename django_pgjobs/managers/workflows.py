@@ -21,7 +21,7 @@ from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
 from django_pgjobs.dependencies import Edge
 from django_pgjobs.options import ResolvedJob
-from django_pgjobs.records import EnqueueResult
+from django_pgjobs.records import COUNT_CAP, EnqueueResult
 
 Entry = TypeVar("Entry", bound=tuple[Any, ...])
 
@@ -196,6 +196,25 @@ class EdgeOf(NamedTuple):
 def edges_of(job_id: int, using: str | None) -> list[EdgeOf]:
     """A job's parents then children (S29), by id, for get_job and the admin."""
     return [EdgeOf(*row) for row in db.fetchall(sql.JOB_DEPENDENCIES, {"id": job_id}, using)]
+
+
+class EdgesPage(NamedTuple):
+    """The first of a job's parents and children (`edges`, as edges_of returns them),
+    and how many of each it has (counted up to COUNT_CAP + 1)."""
+
+    edges: list[EdgeOf]
+    parents: int
+    children: int
+
+
+def first_edges_of(job_id: int, limit: int, using: str | None) -> EdgesPage:
+    """Up to `limit` of a job's parents and of its children, by id, with their counts:
+    for a page that cannot show a batch's million edges."""
+    rows = db.fetchall(sql.FIRST_EDGES_OF_JOB, {"id": job_id, "limit": limit}, using)
+    ((parents, children),) = db.fetchall(
+        sql.EDGE_COUNTS_OF_JOB, {"id": job_id, "cap": COUNT_CAP}, using
+    )
+    return EdgesPage([EdgeOf(*row) for row in rows], int(parents), int(children))
 
 
 def revive_dependents(job_id: int, using: str | None) -> int:

@@ -204,6 +204,10 @@ class Job(JobColumns):
             models.Index(
                 fields=["queue"], name="pgjobs_job_done", condition=Q(state=JobState.DONE)
             ),
+            # The admin's "waiting" filter, newest first: a few rows among millions.
+            models.Index(
+                fields=["id"], name="pgjobs_job_waiting", condition=Q(state=JobState.WAITING)
+            ),
             # The admin's search: a kind or a key by its start.
             models.Index(
                 fields=["kind"], name="pgjobs_job_kind_prefix", opclasses=["text_pattern_ops"]

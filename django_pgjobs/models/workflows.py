@@ -86,6 +86,14 @@ class Batch(models.Model):
     class Meta:
         db_table = "pgjobs_batch"
         verbose_name_plural = "batches"
+        indexes: ClassVar[list[models.Index]] = [
+            # The sweeper prunes the batches that ended longest ago (PRUNE_BATCHES).
+            models.Index(
+                fields=["ended_at"],
+                name="pgjobs_batch_ended",
+                condition=Q(ended_at__isnull=False),
+            ),
+        ]
         constraints: ClassVar[list[models.BaseConstraint]] = [
             models.CheckConstraint(
                 condition=Q(state__in=["open", "sealed", "succeeded", "failed"]),

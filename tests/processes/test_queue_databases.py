@@ -129,3 +129,63 @@ def test_queues_live_and_run_in_their_own_databases() -> None:
         )
         assert checked.returncode == 0 and "pgjobs.I002" in checked.stderr
         assert "ingestion -> jobs_a" in checked.stderr
+
+
+SAME_IDS = """
+from django_pgjobs.models import Job
+from tests import jobs
+
+default = jobs.record.enqueue(label="default").id
+routed = [jobs.record.using(queue="ingestion").enqueue(label=f"a{n}").id for n in range(2)]
+claimed = Job.objects.claim_one("ingestion", "w-a", using="jobs_a").id
+print("ids", default, routed, claimed)
+"""
+
+
+def jobsctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", "jobsctl", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_jobsctl_acts_on_the_database_of_the_queue_or_job_it_names() -> None:
+    """Issue 26: `cancel 1` cancelled the main database's job 1 whatever the operator
+    meant, and `running ingestion` read the main database. Each database numbers its
+    jobs from 1: an id in several is refused with what to type."""
+    with three_databases() as env:
+        for alias in ("default", "jobs_a", "jobs_b"):
+            manage_py(env, "migrate", "--run-syncdb", "--database", alias, "-v0")
+        assert "ids 1 [1, 2] 1" in manage_py(env, "shell", "-c", SAME_IDS)
+
+        for args in (["running", "ingestion"], ["running"]):
+            shown = manage_py(env, "jobsctl", *args)
+            lines = shown.splitlines()
+            assert lines[0].split()[-1] == "database", shown
+            assert lines[2].split()[:2] == ["1", "ingestion"] and "jobs_a" in lines[2], shown
+        quiet = manage_py(env, "jobsctl", "running", "purge")
+        assert quiet.strip() == "No job is running in purge (read database jobs_b)."
+
+        ambiguous = jobsctl(env, "cancel", "1")
+        assert ambiguous.returncode != 0
+        assert "jobsctl cancel --database jobs_a 1" in ambiguous.stderr
+        assert "Nothing was cancelled" in ambiguous.stderr
+
+        only_a = manage_py(env, "jobsctl", "cancel", "2")
+        assert only_a.startswith("Cancelled 1 of 1 job(s) in database jobs_a")
+        named = manage_py(env, "jobsctl", "cancel", "--database", "jobs_a", "1")
+        assert named.startswith("Cancelled 1 of 1 job(s) in database jobs_a")
+        unknown = jobsctl(env, "cancel", "--database", "nosuch", "1")
+        assert unknown.returncode != 0 and "default, jobs_a, jobs_b" in unknown.stderr
+
+        with psycopg.connect(env["DATABASE_URL"]) as conn:
+            assert conn.execute("SELECT id, state FROM pgjobs_job").fetchall() == [(1, "pending")]
+            assert conn.execute("SELECT count(*) FROM pgjobs_dead").fetchone() == (0,)
+        with psycopg.connect(env["JOBS_A_URL"]) as conn:
+            assert conn.execute("SELECT count(*) FROM pgjobs_job").fetchone() == (0,)
+            dead = conn.execute("SELECT id, reason FROM pgjobs_dead ORDER BY id").fetchall()
+            assert dead == [(1, "cancelled"), (2, "cancelled")]

@@ -187,3 +187,49 @@ def test_a_list_runs_no_query_per_row_and_reads_no_json_column_it_does_not_show(
     for column in ("payload", "result", "errors", "rerun_payload"):
         assert f'"{table}"."{column}"' not in listed
     assert f'"{table}"."kind"' in listed and f'"{table}"."progress"' in listed
+
+
+def live_worker_running(worker_id: str, jobs_running: int) -> None:
+    from django_pgjobs.models import Worker
+
+    Worker.objects.heartbeat(
+        worker_id,
+        host="h",
+        pid=1,
+        queues=[worker_id],
+        concurrency=10,
+        version="t",
+        heartbeat_s=60.0,
+        running=jobs_running,
+        succeeded=0,
+        failed=0,
+    )
+    for _ in range(jobs_running):
+        Job.objects.enqueue("demo.work", queue=worker_id)
+        Job.objects.claim_one(worker_id, worker_id)
+
+
+def test_the_workers_page_reads_the_running_jobs_once_whatever_the_live_workers(
+    admin_client: Client,
+) -> None:
+    """Issue 26: the page read the running jobs once per live worker shown."""
+    workers = reverse("admin:django_pgjobs_worker_changelist")
+    live_worker_running("w-1", 2)
+    _, one = page(admin_client, workers)
+    for n in range(2, 6):
+        live_worker_running(f"w-{n}", 7)
+    response, five = page(admin_client, workers)
+    assert len(five) == len(one)
+    html = response.content.decode()
+    assert "7 of 10: " in html and "and 2 more" in html and "2 of 10: " in html
+
+
+def test_the_waiting_filter_walks_an_index_of_the_waiting_jobs() -> None:
+    """Issue 26: `?state__exact=waiting` walked the whole table by id for a few rows."""
+    queryset = Job.objects.filter(state="waiting").order_by("-id")
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        listed = queryset[:50].explain()
+        capped = queryset.order_by()[:1001].explain()
+    assert "pgjobs_job_waiting" in listed, listed
+    assert "pgjobs_job_waiting" in capped, capped

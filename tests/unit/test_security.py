@@ -92,12 +92,27 @@ class TestTheMetricsView:
         assert client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200
         assert compared == [(b"guess", TOKEN.encode()), (TOKEN.encode(), TOKEN.encode())]
 
-    def test_a_staff_session_may_read_and_a_plain_user_may_not(self, client: Client) -> None:
+    def test_a_session_that_may_view_jobs_may_read_and_others_may_not(self, client: Client) -> None:
+        """Issue 26: any staff user could read them, whatever their permissions."""
+        from django.contrib.auth.models import Permission
+
         plain = User.objects.create_user("reader", password="pw")
         client.force_login(plain)
-        assert client.get(URL).status_code == 401
+        assert client.get(URL).status_code in (401, 403)
         staff = User.objects.create_user("operator", password="pw", is_staff=True)
         client.force_login(staff)
+        refused = client.get(URL)
+        assert refused.status_code == 403
+        assert "permission to view jobs" in refused.content.decode()
+        assert "pgjobs_jobs" not in refused.content.decode()
+        staff.user_permissions.set(Permission.objects.filter(codename="view_job"))
+        client.force_login(User.objects.get(pk=staff.pk))  # a fresh permission cache
+        assert client.get(URL).status_code == 200
+        viewer = User.objects.create_user("viewer", password="pw")  # not staff: no admin
+        viewer.user_permissions.set(Permission.objects.filter(codename="view_job"))
+        client.force_login(viewer)
+        assert client.get(URL).status_code == 403
+        client.force_login(User.objects.create_superuser("boss", password="pw"))
         assert client.get(URL).status_code == 200
 
     def test_a_flood_of_scrapes_costs_one_overview(self, client: Client) -> None:

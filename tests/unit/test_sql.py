@@ -143,6 +143,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "LIMIT_STATEMENT_TIME": {"timeout": "1500ms"},
     "PLAN_KEYED_CLAIM": {},
     "RUNNING_JOBS": {"queues": ["default"], "limit": 50},
+    "RUNNING_JOBS_OF_WORKERS": {"workers": ["w1"], "per_worker": 5},
     "LOCK_CURRENT_CLAIM": {"id": 1, "token": TOKEN},
     "CANCEL_JOB": {"ids": [1], "reason": "cancelled", **WAKE},
     "REQUEUE_DEAD_JOB": {"id": 1, **WAKE},
@@ -156,6 +157,9 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "LISTEN_CHANNEL": {},
     "TUNE_WORKER_SESSION": {},
     "RUN_JOBS_NOW": {"ids": [1], **WAKE},
+    "DELETE_DEAD_JOBS": {"ids": [1]},
+    "FIRST_EDGES_OF_JOB": {"id": 1, "limit": 20},
+    "EDGE_COUNTS_OF_JOB": {"id": 1, "cap": 1000},
     "READ_JOBS": {"ids": [1, 2]},
     "CANCEL_JOBS": {"ids": [1], "reason": "cancelled", **WAKE},
     "LIVE_QUEUE_NAMES": {},
@@ -351,3 +355,14 @@ def test_no_statement_uses_a_python_timestamp() -> None:
         # The only timestamps a caller passes are an explicit run_after chosen by the user
         # and cron ticks, computed from the database's clock.
         assert {"now", "at", "timestamp"}.isdisjoint(params), name
+
+
+def test_pruning_batches_walks_an_index_of_their_ends() -> None:
+    """Issue 26: PRUNE_BATCHES read every batch (a sequential scan and a sort) to find the
+    oldest ended ones."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + sql.PRUNE_BATCHES, SAMPLE_PARAMS["PRUNE_BATCHES"])
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+    assert "pgjobs_batch_ended" in plan, plan
+    assert "Seq Scan on pgjobs_batch " not in plan, plan

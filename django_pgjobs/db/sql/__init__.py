@@ -13,6 +13,7 @@ from django_pgjobs.db.sql.batches import *  # noqa: F403
 from django_pgjobs.db.sql.claims import *  # noqa: F403
 from django_pgjobs.db.sql.claims import claim_jobs
 from django_pgjobs.db.sql.dead import *  # noqa: F403
+from django_pgjobs.db.sql.edges import *  # noqa: F403
 from django_pgjobs.db.sql.jobs import *  # noqa: F403
 from django_pgjobs.db.sql.limits import *  # noqa: F403
 from django_pgjobs.db.sql.listen import *  # noqa: F403

@@ -77,6 +77,16 @@ WITH pruned AS (
 SELECT count(*) FROM pruned
 """
 
+DELETE_DEAD_JOBS = f"""
+-- Delete the dead letters %(ids)s (the admin's delete), and their edges, as pruning
+-- deletes them (S29). Returns how many.
+WITH pruned AS (
+    DELETE FROM pgjobs_dead WHERE id = ANY(%(ids)s::bigint[]) RETURNING id, has_parents
+),
+{EDGES_OF_PRUNED}
+SELECT count(*) FROM pruned
+"""
+
 DEAD_QUEUE_NAMES = """
 -- The queues that hold dead letters: a skip scan of the dead table's queue index.
 WITH RECURSIVE dead_queues (queue) AS (

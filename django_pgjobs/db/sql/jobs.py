@@ -180,6 +180,20 @@ ORDER BY coalesce(started_at, claimed_at), id
 LIMIT %(limit)s
 """
 
+RUNNING_JOBS_OF_WORKERS = """
+-- Up to %(per_worker)s running jobs of each worker of %(workers)s, by id, for the
+-- workers' page: one read of the running jobs for every worker it shows.
+SELECT r.worker_id, r.id, r.kind
+FROM (
+    SELECT j.worker_id, j.id, j.kind,
+           row_number() OVER (PARTITION BY j.worker_id ORDER BY j.id) AS n
+    FROM pgjobs_job AS j
+    WHERE j.state = 'running' AND j.worker_id = ANY(%(workers)s::text[])
+) AS r
+WHERE r.n <= %(per_worker)s
+ORDER BY r.worker_id, r.id
+"""
+
 CANCEL_JOB = f"""
 -- Delete a pending or running job (S18); a running handler is told (S32) and its later
 -- writes are refused. Returns the jobs deleted, and those whose cancel was recorded as a

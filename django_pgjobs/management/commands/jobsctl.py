@@ -9,6 +9,11 @@ python manage.py jobsctl rate emails 100/m    # at most 100 claims a minute, acr
 python manage.py jobsctl rate emails none     # no rate
 python manage.py jobsctl running              # the running jobs: worker, for how long, progress
 python manage.py jobsctl cancel 12 13         # dead-letter them as cancelled; handlers told
+python manage.py jobsctl cancel --database jobs_a 12   # job 12 of that database
+
+With PGJOBS["QUEUE_DATABASES"], each command acts on the database of the queue it names;
+`cancel` finds each id's database, and refuses an id that names a job in several (say
+which with --database); `running` reads every database, or those of the queues named.
 python manage.py jobsctl schedules            # every schedule, its next and last run
 """
 
@@ -70,6 +75,12 @@ class Command(BaseCommand):
             "cancel", help="Cancel jobs by id: dead-lettered (requeueable), running handlers told."
         )
         cancel.add_argument("ids", nargs="+", type=int, metavar="ID")
+        cancel.add_argument(
+            "--database",
+            metavar="ALIAS",
+            help="the database of the jobs (PGJOBS['QUEUE_DATABASES']); default: the one "
+            "holding each id",
+        )
         actions.add_parser("schedules", help="Every schedule: next run, last run, last job.")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -86,7 +97,7 @@ class Command(BaseCommand):
             elif action == "running":
                 self._running(options["queues"] or None, options["limit"])
             elif action == "cancel":
-                self._cancel(options["ids"])
+                self._cancel(options["ids"], options["database"])
             elif action == "rate":
                 self._set_rate(options["queue"], options["rate"])
             else:
@@ -177,13 +188,23 @@ class Command(BaseCommand):
     def _running(self, queues: list[str] | None, limit: int) -> None:
         if limit < 1:
             raise CommandError(f"--limit must be 1 or more, not {limit}.")
-        jobs = Job.objects.running(queues, limit=limit)
-        if not jobs:
-            self.stdout.write(
-                "No job is running" + (f" in {', '.join(queues)}." if queues else ".")
-            )
+        databases = pgjobs_settings.databases()
+        wanted: dict[str, list[str] | None] = (
+            dict.fromkeys(databases) if queues is None else dict(_by_database(queues))
+        )
+        found = [
+            (database, job)
+            for database, names in wanted.items()
+            for job in Job.objects.running(names, limit=limit, using=database)
+        ]
+        found.sort(key=lambda pair: -pair[1].running_s)
+        found = found[:limit]
+        if not found:
+            where = f" in {', '.join(queues)}" if queues else ""
+            self.stdout.write(f"No job is running{where}{_databases_read(wanted)}.")
             return
         header = ("id", "queue", "kind", "worker", "attempt", "running for", "progress")
+        several = len(databases) > 1
         rows = [
             (
                 str(job.id),
@@ -193,22 +214,57 @@ class Command(BaseCommand):
                 f"{job.attempt}/{job.max_attempts}",
                 labels.age(job.running_s),
                 labels.progress(job.progress, job.read_at),
+                *((database,) if several else ()),
             )
-            for job in jobs
+            for database, job in found
         ]
-        self._table(header, rows)
-        if len(jobs) == limit:
+        self._table((*header, "database") if several else header, rows)
+        if len(found) == limit:
             self.stdout.write(f"(the first {limit}; --limit N shows more)")
 
-    def _cancel(self, ids: list[int]) -> None:
+    def _cancel(self, ids: list[int], database: str | None) -> None:
         wanted = sorted(set(ids))
-        cancelled = Job.objects.cancel_many(wanted)
+        if database is None:
+            database = self._database_of_jobs(wanted)
+        elif database not in pgjobs_settings.databases():
+            raise CommandError(
+                f"{database!r} holds no jobs: --database is one of "
+                f"{', '.join(pgjobs_settings.databases())}."
+            )
+        cancelled = Job.objects.cancel_many(wanted, using=database)
         self.stdout.write(
-            f"Cancelled {cancelled} of {len(wanted)} job(s): dead-lettered as 'cancelled' "
-            "(requeue them from the dead letters); running handlers are told to stop."
+            f"Cancelled {cancelled} of {len(wanted)} job(s) in database {database}: "
+            "dead-lettered as 'cancelled' (requeue them from the dead letters); running "
+            "handlers are told to stop."
         )
         if cancelled < len(wanted):
             self.stdout.write("The others were not pending or running (done, dead or no such id).")
+
+    def _database_of_jobs(self, ids: list[int]) -> str:
+        """The one database that holds the jobs `ids` name (live or dead); a CommandError
+        when they name jobs in several, with what to type instead."""
+        databases = pgjobs_settings.databases()
+        if len(databases) == 1:
+            return databases[0]
+        holders = {
+            database: set(Job.objects.get_jobs(ids, using=database)) for database in databases
+        }
+        where = {job_id: [db for db, held in holders.items() if job_id in held] for job_id in ids}
+        ambiguous = {job_id: found for job_id, found in where.items() if len(found) > 1}
+        if ambiguous:
+            job_id, found = next(iter(ambiguous.items()))
+            raise CommandError(
+                f"Job {job_id} names a job in each of the databases {', '.join(found)} "
+                "(each has ids of its own): say which, e.g. "
+                f"jobsctl cancel --database {found[-1]} {job_id}. Nothing was cancelled."
+            )
+        used = sorted({found[0] for found in where.values() if found})
+        if len(used) > 1:
+            raise CommandError(
+                f"These ids name jobs in several databases ({', '.join(used)}): cancel each "
+                "database's with jobsctl cancel --database ALIAS ID... Nothing was cancelled."
+            )
+        return used[0] if used else pgjobs_settings.DATABASE
 
     def _pause(self, queues: list[str]) -> None:
         paused = [
@@ -285,6 +341,13 @@ class Command(BaseCommand):
 
 def _when(moment: datetime | None) -> str:
     return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S %Z}"
+
+
+def _databases_read(wanted: dict[str, Any]) -> str:
+    """ " (database jobs_a)", or nothing when the jobs live in one database only."""
+    if len(pgjobs_settings.databases()) == 1:
+        return ""
+    return f" (read {', '.join(f'database {name}' for name in wanted)})"
 
 
 def _by_database(queues: Sequence[str]) -> dict[str, list[str]]:
