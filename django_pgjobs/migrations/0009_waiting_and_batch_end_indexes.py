@@ -11,7 +11,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("django_pgjobs", "0007_batches"),
+        ("django_pgjobs", "0008_cancel_requests"),
     ]
 
     operations = [
