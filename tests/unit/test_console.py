@@ -586,7 +586,7 @@ def test_a_callbacks_page_shows_its_first_parents_with_their_count_and_a_link_to
     with batch(on_complete=Callback("tests.plain")) as b:
         for n in range(30):
             b.add("tests.plain", value=n)
-    (callback,) = b.fired
+    (callback,) = b.callback_jobs
     members = sorted(member.id for member in b.members)
     page = admin_client.get(job_page(callback.id)).content.decode()
     linked = [m for m in members if f"'{job_page(m)}'" in page or f'"{job_page(m)}"' in page]
