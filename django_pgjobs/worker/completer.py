@@ -8,6 +8,11 @@ keeps the outcomes buffered, to be tried again once the database is back (a clai
 lapsed meanwhile is refused, S10, and its job runs again). A statement the database
 refuses for its data is tried job by job, and a job whose outcome cannot be stored is
 dead-lettered alone (S27).
+
+The worker's connection waits for a row lock a bounded time (TUNE_WORKER_SESSION's
+lock_timeout): a job whose row an application transaction holds (a child written
+`after=` it, a trigger merged into it) is set aside, its claim kept and heartbeaten,
+and tried again a moment later, while the others are recorded (S39).
 """
 
 from __future__ import annotations
@@ -29,22 +34,43 @@ from django_pgjobs.claims import (
 )
 from django_pgjobs.managers import JobManager
 from django_pgjobs.worker.executor import cancellation_of
-from django_pgjobs.worker.faults import Faults, describe, is_outage
+from django_pgjobs.worker.faults import Faults, describe, is_lock_timeout, is_outage
 from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
 
 logger = logging.getLogger("django_pgjobs.worker")
+
+#: After a job's row stayed held past the lock wait, its outcome is tried again after
+#: this long, doubled each time it is still held, up to HELD_RETRY_MAX_S.
+HELD_RETRY_MIN_S = 0.5
+HELD_RETRY_MAX_S = 5.0
 
 
 class Completer:
     """Buffers the outcomes of finished runs and records them (S12-S17, S27)."""
 
     def __init__(
-        self, jobs: JobManager, stats: WorkerStats, faults: Faults, counts: MinuteCounts
+        self,
+        jobs: JobManager,
+        stats: WorkerStats,
+        faults: Faults,
+        counts: MinuteCounts,
+        *,
+        keep: Callable[[JobHandle], None] = lambda handle: None,
+        let_go: Callable[[JobHandle], None] = lambda handle: None,
     ) -> None:
         self.jobs = jobs
         self.stats = stats
         self.faults = faults
         self.counts = counts
+        #: Called with the claim of an outcome set aside (its row held: the claim must
+        #: stay heartbeaten), and with each claim whose outcome is recorded.
+        self._keep = keep
+        self._let_go = let_go
+        #: Outcomes whose rows a transaction held past the lock wait: (buffer, entry).
+        self._held: list[tuple[list[Any], Any]] = []
+        self._held_backoff_s = 0.0
+        #: When the outcomes set aside are tried again (monotonic; None: none held).
+        self.held_retry_at: float | None = None
         self._acks: list[tuple[JobHandle, Any]] = []
         self._retries: list[tuple[JobHandle, Failure, float | None]] = []
         self._fails: list[tuple[JobHandle, Failure]] = []
@@ -53,7 +79,16 @@ class Completer:
 
     @property
     def unflushed(self) -> bool:
+        """Whether outcomes wait to be recorded (set aside ones included)."""
+        return self._buffered or bool(self._held)
+
+    @property
+    def _buffered(self) -> bool:
         return bool(self._acks or self._retries or self._fails or self._cancels or self._timeouts)
+
+    def flush_due(self, now: float) -> bool:
+        """Whether a flush has something to try now (set aside outcomes wait their turn)."""
+        return self._buffered or (self.held_retry_at is not None and now >= self.held_retry_at)
 
     def timed_out(self, handle: JobHandle, failure: Failure) -> None:
         """Buffer the attempt of a handler the worker abandoned at its timeout (S33)."""
@@ -79,7 +114,12 @@ class Completer:
 
     def flush(self) -> bool:
         """Record every buffered outcome; False when an outage left some buffered."""
-        if not self.unflushed:
+        if self.held_retry_at is not None and time.monotonic() >= self.held_retry_at:
+            for buffer, entry in self._held:
+                buffer.append(entry)
+            self._held.clear()
+            self.held_retry_at = None
+        if not self._buffered:
             return True
         batches: tuple[tuple[list[Any], Callable[[list[Any]], None]], ...] = (
             (self._acks, self._record_acks),
@@ -101,6 +141,11 @@ class Completer:
         try:
             record(buffer)
         except Exception as error:
+            if is_lock_timeout(error):
+                if len(buffer) == 1:  # no need to wait for it twice
+                    self._set_aside(buffer, buffer.pop())
+                    return True
+                return self._record_one_by_one(buffer, record)
             if is_outage(error):
                 self.faults.failed("record outcomes", error)
                 return False
@@ -110,22 +155,56 @@ class Completer:
                 describe(error),
             )
         else:
-            run_after_recorded(entry[0] for entry in buffer)
+            self._recorded(buffer)
             buffer.clear()
             return True
+        return self._record_one_by_one(buffer, record)
+
+    def _record_one_by_one(self, buffer: list[Any], record: Callable[[list[Any]], None]) -> bool:
+        """Record `buffer` entry by entry: one whose row stays held past the lock wait is
+        set aside (S39), one the database refuses is dead-lettered alone (S27); False
+        when an outage stopped it, leaving the rest buffered."""
         while buffer:
             try:
                 record(buffer[:1])
             except Exception as refused:
+                if is_lock_timeout(refused):
+                    self._set_aside(buffer, buffer[0])
+                    del buffer[0]
+                    continue
                 if is_outage(refused):
                     self.faults.failed("record outcomes", refused)
                     return False
                 if not self._bury_unstorable(buffer[0][0], refused):
                     return False
             else:
-                run_after_recorded([buffer[0][0]])
+                self._recorded(buffer[:1])
             del buffer[0]
         return True
+
+    def _recorded(self, entries: list[Any]) -> None:
+        run_after_recorded(entry[0] for entry in entries)
+        for entry in entries:
+            self._let_go(entry[0])
+        if entries and not self._held:
+            self._held_backoff_s = 0.0
+
+    def _set_aside(self, buffer: list[Any], entry: Any) -> None:
+        """Try `entry` again later: a transaction holds its job's row (S39)."""
+        handle = entry[0]
+        self._held.append((buffer, entry))
+        self._keep(handle)
+        self._held_backoff_s = min(
+            HELD_RETRY_MAX_S, max(HELD_RETRY_MIN_S, self._held_backoff_s * 2)
+        )
+        self.held_retry_at = time.monotonic() + self._held_backoff_s
+        logger.info(
+            "job id=%s kind=%s: a transaction holds its row; its outcome is recorded once "
+            "that ends (trying again in %.1fs)",
+            handle.id,
+            handle.kind,
+            self._held_backoff_s,
+        )
 
     def _record_acks(self, acks: list[tuple[JobHandle, Any]]) -> None:
         handles = [handle for handle, _ in acks]
@@ -190,7 +269,7 @@ class Completer:
             handle.max_attempts,
             reason,
         )
-        run_after_recorded([handle])
+        self._recorded([(handle,)])
         self.stats.dead += buried
         self.stats.lost += 1 - buried
         return True

@@ -57,6 +57,16 @@ def is_outage(error: BaseException) -> bool:
     return state[:2] in OUTAGE_CLASSES or state in OUTAGE_STATES
 
 
+#: SQLSTATE of a statement that gave up waiting for a lock (lock_timeout).
+LOCK_NOT_AVAILABLE = "55P03"
+
+
+def is_lock_timeout(error: BaseException) -> bool:
+    """True when `error` is a statement that gave up waiting for a row lock another
+    transaction holds (S39): that job waits, the others go on."""
+    return sqlstate(error) == LOCK_NOT_AVAILABLE
+
+
 def read_only(error: BaseException) -> bool:
     """True when `error` is PostgreSQL refusing a write on a read-only server (25006)."""
     return sqlstate(error) == READ_ONLY_SQL_TRANSACTION

@@ -48,12 +48,15 @@ class Running:
     #: whether its outcome came back first (both set under the pool's lock).
     abandoned: bool = False
     delivered: bool = False
+    #: Its handler is done and its outcome waits for a row another transaction holds
+    #: (S39): heartbeaten until recorded, never handed back, never timed out.
+    kept: bool = False
 
     @property
     def deadline(self) -> float | None:
         """When a sync lease-mode handler is abandoned (S33; None: never)."""
         timeout_s = self.handle.timeout_s
-        if timeout_s is None or self.on_loop or self.atomic or self.started_at is None:
+        if timeout_s is None or self.on_loop or self.atomic or self.kept or self.started_at is None:
             return None
         return self.started_at + timeout_s
 
@@ -105,6 +108,23 @@ class Leases:
             held.append(running)
         return held
 
+    def keep(self, handle: JobHandle) -> None:
+        """Hold again the claim of a finished run whose outcome waits for its row (S39):
+        its lease is kept by the heartbeats until the outcome is recorded (`drop`)."""
+        if handle.token in self._running:
+            return
+        now = time.monotonic()
+        running = Running(
+            handle=handle,
+            next_heartbeat=now,
+            atomic=False,
+            lease_ends=now,
+            started=True,
+            kept=True,
+        )
+        self._running[handle.token] = running
+        self.next_heartbeat_at = now
+
     def _carrier(self, token: uuid.UUID) -> Callable[[], None]:
         """What a handle calls when it has a progress report for the next heartbeat."""
 
@@ -125,7 +145,8 @@ class Leases:
         self._reported.discard(handle.token)
 
     def handles(self) -> list[JobHandle]:
-        return [running.handle for running in self._running.values()]
+        """The claims of runs not yet ended (those whose outcome waits are not)."""
+        return [running.handle for running in self._running.values() if not running.kept]
 
     def cancel(self, job_id: int, token: uuid.UUID, reason: str) -> bool:
         """Tell the handler of a claim held here that its job is gone (S32)."""

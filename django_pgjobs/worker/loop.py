@@ -214,11 +214,18 @@ class Worker:
             concurrency=concurrency, prefetch=prefetch, poll_interval=self.options.poll_interval
         )
         self.faults = Faults(using, on_failure=self.pacing.look_again)
-        self.completer = Completer(self.jobs, self.stats, self.faults, MinuteCounts(using))
         self.wakeup = Wakeup(
             using=using, listen=self.options.listen, poll_interval=self.options.poll_interval
         )
         self.leases = Leases(self.jobs, self.faults, self.wakeup.wake)
+        self.completer = Completer(
+            self.jobs,
+            self.stats,
+            self.faults,
+            MinuteCounts(using),
+            keep=self.leases.keep,
+            let_go=self.leases.drop,
+        )
         self.pool = HandlerPool(concurrency, self.wakeup.wake, async_concurrency)
         self.services = self._services()
         self.stopping = _Stopping(self.options.shutdown_grace)
@@ -470,7 +477,8 @@ class Worker:
         self.stats.in_flight = len(self.leases)
 
     def _flush(self) -> None:
-        if not self.completer.unflushed or self.faults.waiting(time.monotonic()):
+        now = time.monotonic()
+        if not self.completer.flush_due(now) or self.faults.waiting(now):
             return
         if self.completer.flush():
             # A completion may have promoted a key's trigger or scheduled an immediate retry.
@@ -497,7 +505,9 @@ class Worker:
     # Waiting -----------------------------------------------------------------------
 
     def _timeout(self, now: float) -> float:
-        if self.pool.has_finished or (self.completer.unflushed and not self.faults.waiting(now)):
+        if self.pool.has_finished or (
+            self.completer.flush_due(now) and not self.faults.waiting(now)
+        ):
             return 0.0
         if self._exhausted():  # a burst drained: leave now, not at the next poll
             return 0.0
@@ -518,6 +528,8 @@ class Worker:
             deadlines.append(self.stopping.deadline)
         if self.faults.retry_at > now:
             deadlines.append(self.faults.retry_at)
+        if self.completer.held_retry_at is not None:
+            deadlines.append(self.completer.held_retry_at)
         reconnect = self.wakeup.reconnect_at(now)
         if reconnect is not None:
             deadlines.append(reconnect)
