@@ -75,7 +75,7 @@ class RunControl:
     loop) and the worker's loop at once, so every change is made under a lock.
     """
 
-    __slots__ = ("_cancelled", "_hooks", "_lock", "_report", "carrier", "reason")
+    __slots__ = ("_cancelled", "_hooks", "_lock", "_report", "backend_pid", "carrier", "reason")
 
     def __init__(self) -> None:
         self._cancelled = threading.Event()
@@ -87,6 +87,9 @@ class RunControl:
         #: Called when a report waits, by the worker that carries reports to the
         #: database with its heartbeats (None: no worker; a report is written at once).
         self.carrier: Callable[[], None] | None = None
+        #: The database backend of a transaction-mode job's transaction while it runs:
+        #: the worker cancels its statement at the job's timeout (S39).
+        self.backend_pid: int | None = None
 
     @property
     def cancelled(self) -> bool:

@@ -395,3 +395,30 @@ def atomic_tenant(ctx: JobHandle, tenant: str, seconds: float = 0.0) -> None:
     Note.objects.create(
         text=f"{tenant} {started} {clock()}", job_id=ctx.id, token=ctx.token, attempt=ctx.attempt
     )
+
+
+@job(name="tests.atomic_three_statements", queue="long", atomic=True, timeout=2, max_attempts=1)
+def atomic_three_statements(ctx: JobHandle) -> None:
+    """Transaction mode: three 1.5 s statements under a 2 s timeout (S39)."""
+    from django.db import connection
+
+    for n in range(3):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(1.5)")
+        _note(ctx, f"statement {n} done")
+
+
+@job(name="tests.atomic_python_hang", queue="long", atomic=True, timeout=1, max_attempts=1)
+def atomic_python_hang(ctx: JobHandle, seconds: float = 6.0) -> None:
+    """Transaction mode, holding its transaction in Python code past its timeout."""
+    _note(ctx, "before the hang")
+    time.sleep(seconds)
+
+
+@job(name="tests.atomic_connection_lost", queue="long", atomic=True, max_attempts=1)
+def atomic_connection_lost(ctx: JobHandle) -> None:
+    """Transaction mode, whose own connection is ended under it (S27, S39)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")

@@ -429,12 +429,26 @@ class JobManager(JobReads):
         """
         params = {"id": handle.id, "token": handle.token}
         rows = db.fetchall(sql.LOCK_CURRENT_CLAIM, params, handle.using)
+        if rows:
+            handle.control.backend_pid = rows[0][2]
         if rows and rows[0][1] is not None:
             handle.control.cancel(rows[0][1])
             raise Cancelled(
                 f"Job {handle.id} ({handle.kind}) was cancelled while it ran: {rows[0][1]}."
             )
         return bool(rows)
+
+    def cut_statement(self, pid: int, *, using: str | None = None) -> bool:
+        """Cancel the statement backend `pid` runs now, if any (a transaction-mode job
+        at its timeout, S33, S39); its transaction then fails and rolls back."""
+        ((cancelled,),) = db.fetchall(sql.CANCEL_STATEMENT, {"pid": pid}, using)
+        return bool(cancelled)
+
+    def end_backend(self, pid: int, *, using: str | None = None) -> bool:
+        """End backend `pid`: a transaction-mode job's transaction whose handler ran on
+        past its timeout without a statement to cut (S39); its row lock goes with it."""
+        ((ended,),) = db.fetchall(sql.END_BACKEND, {"pid": pid}, using)
+        return bool(ended)
 
     def limit_statement_time(self, handle: JobHandle, seconds: float) -> None:
         """Cancel any statement of the current transaction that runs past `seconds` (a

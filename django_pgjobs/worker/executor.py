@@ -175,7 +175,14 @@ class Executor:
         return self._classify(handle, error, started)
 
     def _run_atomic(self, handle: JobHandle, definition: JobDefinition, started: float) -> Outcome:
+        """Run a transaction-mode job (S21). Its outcome is reported once (signals, log),
+        whatever happens to the transaction after (S27): a failure recorded inside it
+        whose commit fails is handed to the worker to record instead. A timeout (S33)
+        rolls the whole transaction back and is recorded by the worker, at the time of
+        the cut (the loop cancels a statement running at the deadline, S39); so is a
+        failure whose cause is the connection itself."""
         timeout_s = handle.timeout_s
+        reported: Outcome | None = None
         try:
             with transaction.atomic(using=handle.using):
                 if not handle.manager.lock_claim(handle):
@@ -192,15 +199,22 @@ class Executor:
                             raise TimeoutError(timed_out_error(timeout_s))
                         _check_result(result)
                 except BaseException as error:
-                    outcome = self._atomic_failure(handle, error, started)
-                    _record(outcome)
-                    if outcome.verdict is Verdict.CANCELLED:
-                        return outcome
-                    return _as_recorded(outcome)
+                    outside = self._recorded_outside(handle, error, started)
+                    if outside is not None:
+                        raise _RecordOutside(outside) from error
+                    reported = self._atomic_failure(handle, error, started)
+                    _record(reported)
+                    if reported.verdict is Verdict.CANCELLED:
+                        return reported
+                    return _as_recorded(reported)
                 handle.manager.ack_batch([handle], [result])
+        except _RecordOutside as outside:
+            return outside.outcome
         except Cancelled:
             # A cancel request bound the claim (S38): the lock (on entry) or the ack
             # refused it, and the transaction rolled back; the worker dead-letters it.
+            if reported is not None:
+                return reported
             return self._finish(handle, Verdict.CANCELLED, started)
         except DatabaseError as error:
             logger.warning(
@@ -210,6 +224,10 @@ class Executor:
                 handle.attempt,
                 describe(error),
             )
+            if reported is not None:
+                # Its failure was reported; recording it failed with the transaction:
+                # the worker records it outside (a claim no longer current is refused).
+                return reported
             if is_outage(error):
                 # The connection broke, say: nothing of this run stands, and the claim
                 # comes back after its lease.
@@ -221,19 +239,33 @@ class Executor:
                 error, text=f"the transaction could not commit: {describe(error)}"
             )
             return self._retry(handle, failure, None, started)
+        finally:
+            handle.control.backend_pid = None
         return _as_recorded(self._finish(handle, Verdict.ACK, started, result=result))
+
+    def _recorded_outside(
+        self, handle: JobHandle, error: BaseException, started: float
+    ) -> Outcome | None:
+        """The outcome of a transaction-mode attempt that its transaction cannot record:
+        a timeout (S33, S39: its statement cut, or its handler past the deadline), or a
+        failure of the connection itself, with the real cause (S27). None: recorded
+        inside, as any other failure."""
+        if handle.cancelled:
+            return None
+        timeout_s = handle.timeout_s
+        if timeout_s is not None and (
+            sqlstate(error) == QUERY_CANCELED or time.monotonic() - started > timeout_s
+        ):
+            failure = Failure.from_exception(error, text=timed_out_error(timeout_s))
+            return self._retry(handle, failure, None, started)
+        if is_outage(error):
+            return self._retry(handle, Failure.from_exception(error), None, started)
+        return None
 
     def _atomic_failure(self, handle: JobHandle, error: BaseException, started: float) -> Outcome:
         """The outcome of a transaction-mode handler whose savepoint was rolled back."""
         if handle.cancelled:
             return self._finish(handle, Verdict.CANCELLED, started)
-        timeout_s = handle.timeout_s
-        if timeout_s is not None and (
-            sqlstate(error) == QUERY_CANCELED
-            or (isinstance(error, TimeoutError) and str(error) == timed_out_error(timeout_s))
-        ):
-            failure = Failure.from_exception(error, text=timed_out_error(timeout_s))
-            return self._retry(handle, failure, None, started)
         return self._classify(handle, error, started)
 
     def _classify(self, handle: JobHandle, error: BaseException, started: float) -> Outcome:
@@ -325,6 +357,15 @@ class Executor:
 
 class _Stopped(BaseException):
     """Rolls a cancelled transaction-mode handler's savepoint back (S32)."""
+
+
+class _RecordOutside(Exception):
+    """Rolls a transaction-mode job's whole transaction back; the worker records
+    `outcome` outside it."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.verdict.value)
+        self.outcome = outcome
 
 
 def _check_result(result: Any) -> None:

@@ -51,12 +51,15 @@ class Running:
     #: Its handler is done and its outcome waits for a row another transaction holds
     #: (S39): heartbeaten until recorded, never handed back, never timed out.
     kept: bool = False
+    #: A transaction-mode job whose statement was cut at its timeout (S39).
+    cut: bool = False
 
     @property
     def deadline(self) -> float | None:
-        """When a sync lease-mode handler is abandoned (S33; None: never)."""
+        """When a sync handler is stopped (S33: a lease-mode one abandoned, a
+        transaction-mode one's statement cut, S39; None: never)."""
         timeout_s = self.handle.timeout_s
-        if timeout_s is None or self.on_loop or self.atomic or self.kept or self.started_at is None:
+        if timeout_s is None or self.on_loop or self.kept or self.started_at is None:
             return None
         return self.started_at + timeout_s
 
@@ -269,5 +272,5 @@ class Leases:
 
 
 def _enforced(running: Running) -> bool:
-    """Whether the loop enforces this claim's timeout: a sync handler in lease mode."""
-    return running.handle.timeout_s is not None and not (running.on_loop or running.atomic)
+    """Whether the loop enforces this claim's timeout: a sync handler, in either mode."""
+    return running.handle.timeout_s is not None and not (running.on_loop or running.kept)

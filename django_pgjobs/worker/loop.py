@@ -26,14 +26,14 @@ from types import FrameType
 from typing import Any
 
 from django_pgjobs import options, registry
-from django_pgjobs.claims import Failure, JobHandle, Verdict, run_after_recorded
+from django_pgjobs.claims import Failure, JobHandle, Outcome, Verdict, run_after_recorded
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.models import Job, QueueControl
 from django_pgjobs.worker.completer import Completer
 from django_pgjobs.worker.executor import timed_out_error
 from django_pgjobs.worker.faults import Faults, describe
-from django_pgjobs.worker.leases import Leases
+from django_pgjobs.worker.leases import Leases, Running
 from django_pgjobs.worker.pacing import Pacing
 from django_pgjobs.worker.pool import HandlerPool
 from django_pgjobs.worker.services import (
@@ -46,6 +46,10 @@ from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
 from django_pgjobs.worker.wakeup import Wakeup
 
 logger = logging.getLogger("django_pgjobs.worker")
+
+#: How long a transaction-mode job whose statement was cut at its timeout has to return
+#: before its thread is abandoned and its transaction ended (S39).
+CUT_GRACE_S = 1.0
 
 
 def default_worker_id() -> str:
@@ -465,16 +469,51 @@ class Worker:
         self.stats.in_flight = len(self.leases)
 
     def _look_after(self, now: float) -> None:
-        """Store the progress reports that wait, and abandon the handlers past their
-        timeout (S33): their attempt is recorded as timed out and retried, their claim
-        released, so whatever they write later is refused."""
+        """Store the progress reports that wait, and stop the handlers past their
+        timeout (S33, S39): a lease-mode handler is abandoned, its attempt recorded as
+        timed out and retried, its claim released, so whatever it writes later is
+        refused. A transaction-mode job's running statement is cut at once (its
+        transaction rolls back and the attempt comes back as timed out); one whose
+        handler runs on outside any statement is abandoned after CUT_GRACE_S, its
+        transaction ended with its backend."""
         for running in self.leases.look(now):
+            if running.atomic and self._cut(running, now):
+                continue
             if not self.pool.abandon(running):
                 continue  # it finished just now: its outcome stands
             self.leases.time_out(running)
             handle = running.handle
-            self.completer.timed_out(handle, Failure(timed_out_error(handle.timeout_s or 0.0)))
+            failure = Failure(timed_out_error(handle.timeout_s or 0.0))
+            if running.atomic:
+                # Its backend is ended: the row is free, and the attempt is recorded as
+                # any retry is (waiting a moment for the lock to go).
+                self.completer.take(
+                    Outcome(handle=handle, verdict=Verdict.RETRY, duration=0.0, failure=failure)
+                )
+            else:
+                self.completer.timed_out(handle, failure)
         self.stats.in_flight = len(self.leases)
+
+    def _cut(self, running: Running, now: float) -> bool:
+        """Cut a transaction-mode job's statement at its timeout (S39); True while its
+        handler has the grace to return, False once it is to be abandoned."""
+        handle, using = running.handle, self.options.using
+        pid = handle.control.backend_pid
+        deadline = running.deadline or now
+        if now < deadline + CUT_GRACE_S:
+            if pid is not None:
+                if self.jobs.cut_statement(pid, using=using) and not running.cut:
+                    logger.info(
+                        "job id=%s kind=%s reached its timeout of %gs: its statement is cut",
+                        handle.id,
+                        handle.kind,
+                        handle.timeout_s or 0,
+                    )
+                running.cut = True
+            return True
+        if pid is not None:
+            self.jobs.end_backend(pid, using=using)
+        return False
 
     def _flush(self) -> None:
         now = time.monotonic()

@@ -514,11 +514,12 @@ RETURNING j.id
 
 LOCK_CURRENT_CLAIM = f"""
 -- Lock a job row for the rest of the transaction if its claim is current (S16, S21),
--- and say whether a cancel request binds the claim (its reason; NULL: none, S38). FOR
--- KEY SHARE keeps every claimer, rescuer, cancel and sweep away (they take the row FOR
+-- say whether a cancel request binds the claim (its reason; NULL: none, S38), and which
+-- backend holds the lock (the worker cancels its statement at a timeout, S39). FOR KEY
+-- SHARE keeps every claimer, rescuer, cancel and sweep away (they take the row FOR
 -- UPDATE or delete it) and lets the worker's heartbeats in (S39).
 SELECT j.id, (SELECT c.reason FROM pgjobs_cancel_request AS c
-              WHERE c.job_id = j.id AND c.claimed_by = j.claimed_by)
+              WHERE c.job_id = j.id AND c.claimed_by = j.claimed_by), pg_backend_pid()
 FROM pgjobs_job AS j, (SELECT %(token)s::uuid AS token) AS t
 WHERE j.id = %(id)s AND {CLAIM_IS_CURRENT}
 FOR KEY SHARE OF j

@@ -46,6 +46,18 @@ LIMIT_STATEMENT_TIME = """
 SELECT set_config('statement_timeout', %(timeout)s, true)
 """
 
+CANCEL_STATEMENT = """
+-- Cancel the statement backend %(pid)s runs now (a transaction-mode job past its timeout,
+-- S39): one of this role's own connections, so no privilege beyond its own is needed.
+SELECT pg_cancel_backend(%(pid)s)
+"""
+
+END_BACKEND = """
+-- End backend %(pid)s, rolling its transaction back and releasing its locks: the
+-- transaction of a transaction-mode job whose handler ran on past its timeout (S39).
+SELECT pg_terminate_backend(%(pid)s)
+"""
+
 DATABASE_CLOCK = """
 -- The database's clock at this instant, not at the start of the transaction (S22).
 SELECT clock_timestamp()
