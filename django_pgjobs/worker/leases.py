@@ -5,6 +5,7 @@ claimed (S11) and carry their progress, the cancellations and timeouts that stop
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -53,6 +54,8 @@ class Running:
     kept: bool = False
     #: A transaction-mode job whose statement was cut at its timeout (S39).
     cut: bool = False
+    #: The handler thread running it (None: not started, or on the event loop).
+    thread: threading.Thread | None = None
 
     @property
     def deadline(self) -> float | None:

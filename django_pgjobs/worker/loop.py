@@ -233,6 +233,7 @@ class Worker:
         self.pool = HandlerPool(concurrency, self.wakeup.wake, async_concurrency)
         self.services = self._services()
         self.stopping = _Stopping(self.options.shutdown_grace)
+        self._abandoned_warned = False
         self.report = _StatusReport(on_status, status_interval)
 
     @property
@@ -394,7 +395,31 @@ class Worker:
         return self.options.burst and idle and not self.pacing.maybe_more
 
     def _free_slots(self) -> int:
+        if self._held_back_by_abandoned():
+            return 0
         return self._claimable(self.pacing.slots(len(self.leases) - self.leases.on_loop))
+
+    def _held_back_by_abandoned(self) -> bool:
+        """Whether hung handlers abandoned at their timeout fill the bound (S39): then
+        this worker claims no thread job until one ends, and says so once."""
+        abandoned = self.pool.abandoned_running
+        self.stats.abandoned = abandoned
+        full = abandoned >= self.pool.size
+        if full and not self._abandoned_warned:
+            logger.warning(
+                "worker id=%s: %s handlers abandoned at their timeout still run (at most "
+                "%s, its concurrency): it claims no more jobs for its threads until one "
+                "ends; fix the handlers that ignore their timeout",
+                self.worker_id,
+                abandoned,
+                self.pool.size,
+            )
+        elif not full and self._abandoned_warned:
+            logger.warning(
+                "worker id=%s: an abandoned handler ended: it claims again", self.worker_id
+            )
+        self._abandoned_warned = full
+        return full
 
     def _free_places(self) -> int:
         """The event loop's free places for async jobs (0 when it runs none here)."""

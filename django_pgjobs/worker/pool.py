@@ -2,7 +2,9 @@
 hands the outcome back to the loop. Async lease-mode jobs go to the event loop instead
 (`aio`). A thread whose handler ran past its timeout (S33) is abandoned: a new thread
 takes its place, and whatever the old one's handler does later is ignored (its writes
-are refused, since the claim is gone)."""
+are refused, since the claim is gone). Abandoned threads that still run are counted:
+at `size` of them the worker claims nothing more until one ends (S39), so hung handlers
+never pile up threads and connections without bound."""
 
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ class HandlerPool:
         self._outstanding = 0
         self._threads: list[threading.Thread] = []
         self._gather_started: float | None = None
+        #: Threads abandoned at a timeout, until they end.
+        self._abandoned: list[threading.Thread] = []
 
     def start(self) -> None:
         for _ in range(self.size):
@@ -99,6 +103,8 @@ class HandlerPool:
                 return False
             running.abandoned = True
             self._outstanding -= 1
+            if running.thread is not None:
+                self._abandoned.append(running.thread)
         self._start_thread()
         logger.warning(
             "job id=%s kind=%s ran past its timeout of %gs: its thread is abandoned and "
@@ -108,6 +114,19 @@ class HandlerPool:
             running.handle.timeout_s or 0,
         )
         return True
+
+    @property
+    def abandoned_running(self) -> int:
+        """How many threads abandoned at a timeout are still running their handler."""
+        with self._lock:
+            self._abandoned = [thread for thread in self._abandoned if thread.is_alive()]
+            return len(self._abandoned)
+
+    @property
+    def abandoned_full(self) -> bool:
+        """Whether as many abandoned threads still run as the pool has threads: the
+        worker then claims nothing until one ends."""
+        return self.abandoned_running >= self.size
 
     @property
     def has_finished(self) -> bool:
@@ -154,11 +173,13 @@ class HandlerPool:
                     return
                 running.started_at = time.monotonic()
                 running.started = True
+                running.thread = threading.current_thread()
                 if running.started_at < running.lease_ends:
                     outcome = run_one(executor, running.handle)
                 else:
                     outcome = _lapsed_while_waiting(running)
                 if not self._deliver(outcome, running):
+                    self._wake()  # one abandoned thread fewer: the worker may claim again
                     return  # abandoned past its timeout: recorded, and replaced
         finally:
             executor.close()

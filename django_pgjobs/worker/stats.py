@@ -28,6 +28,8 @@ class WorkerStats:
     cancelled: int = 0
     lost: int = 0
     in_flight: int = 0
+    #: Handlers abandoned at their timeout (S33) whose threads still run (S39).
+    abandoned: int = 0
     started_at: float = field(default_factory=time.monotonic)
     #: Wall-clock times (time.time()) of the first claim and the last recorded outcome,
     #: for measuring a drain; never compared with the database's clock.
