@@ -67,6 +67,8 @@ def plans(database: Database, sizes: Sizes) -> list[Figure]:
         "worker_id": "bench-explain",
         "synchronous_commit": None,
         "due": True,
+        "only_kinds": None,
+        "not_kinds": None,
     }
     figures = []
     first: dict[str, list[str]] = {}

@@ -15,9 +15,24 @@ from typing import Any, NamedTuple
 
 from django.db import transaction
 
+from django_pgjobs.claims import ClaimWriter, JobHandle
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
 from django_pgjobs.managers.queues import forget_limits
+
+
+class Kinds(NamedTuple):
+    """The kinds a claim takes: of `only` (None: any) and not of `other_than` (None: none)."""
+
+    only: list[str] | None = None
+    other_than: list[str] | None = None
+
+    def params(self) -> dict[str, list[str] | None]:
+        return {"only_kinds": self.only, "not_kinds": self.other_than}
+
+
+#: A claim of any kind.
+ANY_KIND = Kinds()
 
 
 class Claimed(NamedTuple):
@@ -31,7 +46,14 @@ class Claimed(NamedTuple):
     due_in: float | None = None
 
 
-def claim(queues: list[str], limited: list[str], n: int, worker_id: str, alias: str) -> Claimed:
+def claim(
+    queues: list[str],
+    limited: list[str],
+    n: int,
+    worker_id: str,
+    alias: str,
+    kinds: Kinds = ANY_KIND,
+) -> Claimed:
     """Claim keyed jobs first when some wait (S34), then from the limited queues (a
     statement of their own), then the rest.
 
@@ -45,15 +67,46 @@ def claim(queues: list[str], limited: list[str], n: int, worker_id: str, alias: 
     lapsed_waiting = tried = False
     if keyed.due():
         tried = True
-        rows, lapsed_waiting = _claim_keyed(queues, limited, n, worker_id, alias)
-    unkeyed = _claim_unkeyed(queues, limited, n - claimed(rows), worker_id, alias)
+        rows, lapsed_waiting = _claim_keyed(queues, limited, n, worker_id, alias, kinds)
+    unkeyed = _claim_unkeyed(queues, limited, n - claimed(rows), worker_id, alias, kinds)
     rows += unkeyed.rows
     lapsed_waiting = lapsed_waiting or unkeyed.lapsed_waiting
     if not tried and keyed.due() and claimed(rows) < n:
-        more, lapsed = _claim_keyed(queues, limited, n - claimed(rows), worker_id, alias)
+        more, lapsed = _claim_keyed(queues, limited, n - claimed(rows), worker_id, alias, kinds)
         rows += more
         lapsed_waiting = lapsed_waiting or lapsed
     return Claimed(rows, lapsed_waiting, unkeyed.due_known, unkeyed.due_in)
+
+
+def handles_of(rows: Sequence[Any], alias: str, manager: ClaimWriter) -> list[JobHandle]:
+    """The handles of a claim statement's rows (an empty claim returns one row of
+    NULLs), each writing back through `manager`."""
+    return [
+        JobHandle(
+            id=row[2],
+            queue=row[3],
+            kind=row[4],
+            key=row[5],
+            priority=row[6],
+            run_after=row[7],
+            attempt=row[8],
+            max_attempts=row[9],
+            lease_s=row[10],
+            token=row[11],
+            claimed_at=row[12],
+            claimed_until=row[13],
+            worker_id=row[14],
+            expires_at=row[15],
+            created_at=row[16],
+            payload=db.json_value(row[17]),
+            timeout_s=row[18],
+            keyed=row[19],
+            using=alias,
+            manager=manager,
+        )
+        for row in rows
+        if row[2] is not None
+    ]
 
 
 def claimed(rows: Sequence[Any]) -> int:
@@ -63,7 +116,7 @@ def claimed(rows: Sequence[Any]) -> int:
 
 
 def _claim_keyed(
-    queues: list[str], limited: list[str], n: int, worker_id: str, alias: str
+    queues: list[str], limited: list[str], n: int, worker_id: str, alias: str, kinds: Kinds
 ) -> tuple[list[Any], bool]:
     """Claim up to `n` keyed jobs of `queues`, each key up to its limits (S34, S35) and
     each limited queue up to its own (S37), in rounds of a few keys per queue each: until
@@ -77,7 +130,7 @@ def _claim_keyed(
         if wanted <= 0:
             break
         resumed = keyed.resumes(queues)
-        more, lapsed = _claim_keyed_round(queues, limited, wanted, worker_id, alias)
+        more, lapsed = _claim_keyed_round(queues, limited, wanted, worker_id, alias, kinds)
         rows += more
         lapsed_waiting = lapsed_waiting or lapsed
         wrapped = resumed and not keyed.resumes(queues)  # the keys before the cursors are left
@@ -87,7 +140,7 @@ def _claim_keyed(
 
 
 def _claim_keyed_round(
-    queues: list[str], limited: list[str], n: int, worker_id: str, alias: str
+    queues: list[str], limited: list[str], n: int, worker_id: str, alias: str, kinds: Kinds
 ) -> tuple[list[Any], bool]:
     keyed = keyed_claims(alias)
     with transaction.atomic(using=alias):
@@ -124,6 +177,7 @@ def _claim_keyed_round(
             "worker_id": worker_id,
             "synchronous_commit": None,
             "due": False,  # the unkeyed claim after it answers for every queue
+            **kinds.params(),
         }
         rows = db.fetchall(sql.CLAIM_KEYED_JOBS, params, alias)
     keyed.claimed(claimed(rows), waiting=bool(rows and rows[0][1]))
@@ -131,7 +185,7 @@ def _claim_keyed_round(
 
 
 def _claim_unkeyed(
-    queues: list[str], limited: list[str], n: int, worker_id: str, alias: str
+    queues: list[str], limited: list[str], n: int, worker_id: str, alias: str, kinds: Kinds
 ) -> Claimed:
     """Claim from the limited queues first (a statement of their own), then the rest.
 
@@ -159,6 +213,7 @@ def _claim_unkeyed(
                     "worker_id": worker_id,
                     "synchronous_commit": None,
                     "due": False,  # see above
+                    **kinds.params(),
                 }
                 rows = db.fetchall(sql.CLAIM_LIMITED_JOBS, params, alias)
                 taken += rows
@@ -170,7 +225,13 @@ def _claim_unkeyed(
     if not rest or claimed(taken) >= n:
         return Claimed(taken, lapsed_waiting)
     # Asked only when it covers every queue of the claim: no limited queue was claimed.
-    params = {"queues": rest, "worker_id": worker_id, "due": not locked, **db.commit_mode(alias)}
+    params = {
+        "queues": rest,
+        "worker_id": worker_id,
+        "due": not locked,
+        **kinds.params(),
+        **db.commit_mode(alias),
+    }
     rows = db.fetchall(sql.claim_jobs(n - claimed(taken)), params, alias)
     taken += rows
     lapsed_waiting = lapsed_waiting or bool(rows and rows[0][0])

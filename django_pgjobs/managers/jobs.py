@@ -144,59 +144,60 @@ class JobManager(JobReads):
         return self.claim_for_worker(queues, n, worker_id, using=using)[0]
 
     def claim_for_worker(
-        self, queues: str | Sequence[str], n: int, worker_id: str, *, using: str | None = None
+        self,
+        queues: str | Sequence[str],
+        n: int,
+        worker_id: str,
+        *,
+        using: str | None = None,
+        places: int = 0,
+        loop_kinds: Sequence[str] = (),
     ) -> tuple[list[JobHandle], tuple[bool, float | None]]:
         """claim_batch, and what it learnt of the next due job: (True, the seconds until
         a job of `queues` is next due, None if none) when it came up short over every
-        queue in one statement, else (False, None): ask `next_due_in`."""
+        queue in one statement, else (False, None): ask `next_due_in`.
+
+        A worker with an event loop gives its async kinds (`loop_kinds`) and the loop's
+        free `places`: up to `n` jobs of other kinds are claimed for its threads and up
+        to `places` of those kinds for the loop, each into capacity of its own kind.
+        """
         n = options.validate_claim_size(n)
         worker_id = options.validate_worker_id(worker_id)
         names = options.validate_queue_names(queues)
+        places = options.validate_claim_size(places)
+        alias = db.alias(using)
+        if not loop_kinds:
+            return self._claim_of_kinds(names, n + places, worker_id, alias, claiming.ANY_KIND)
+        kinds = sorted(loop_kinds)
+        threads = self._claim_of_kinds(names, n, worker_id, alias, claiming.Kinds(other_than=kinds))
+        loop = self._claim_of_kinds(names, places, worker_id, alias, claiming.Kinds(only=kinds))
+        handles = sorted(
+            threads[0] + loop[0],
+            key=lambda handle: (-handle.priority, handle.run_after, handle.id),
+        )
+        asked = [part for part, wanted in ((threads, n), (loop, places)) if wanted > 0]
+        if not all(part[1][0] for part in asked):
+            return handles, (False, None)
+        dues = [part[1][1] for part in asked if part[1][1] is not None]
+        return handles, (True, min(dues) if dues else None)
+
+    def _claim_of_kinds(
+        self, names: list[str], n: int, worker_id: str, alias: str, kinds: claiming.Kinds
+    ) -> tuple[list[JobHandle], tuple[bool, float | None]]:
         if n <= 0:
             return [], (False, None)
-        alias = db.alias(using)
         limited = sorted(limited_queues(alias).intersection(names))
-        found = claiming.claim(names, limited, n, worker_id, alias)
-        handles = self._handles(found.rows, alias)
+        found = claiming.claim(names, limited, n, worker_id, alias, kinds)
+        handles = claiming.handles_of(found.rows, alias, self)
         if found.lapsed_waiting:
             # Rare: a claim lapsed in these queues (its worker died). Put it back in line
             # (or bury it), then fill what this claim has left.
             self.rescue_lapsed(names, pgjobs_settings.SWEEP_BATCH, using=alias)
             if len(handles) < n:
-                found = claiming.claim(names, limited, n - len(handles), worker_id, alias)
-                handles += self._handles(found.rows, alias)
+                found = claiming.claim(names, limited, n - len(handles), worker_id, alias, kinds)
+                handles += claiming.handles_of(found.rows, alias, self)
         handles.sort(key=lambda handle: (-handle.priority, handle.run_after, handle.id))
         return handles, (found.due_known, found.due_in)
-
-    def _handles(self, rows: Sequence[Any], alias: str) -> list[JobHandle]:
-        """The handles of a claim statement's rows (an empty claim returns one row of
-        NULLs), each writing back through this manager."""
-        return [
-            JobHandle(
-                id=row[2],
-                queue=row[3],
-                kind=row[4],
-                key=row[5],
-                priority=row[6],
-                run_after=row[7],
-                attempt=row[8],
-                max_attempts=row[9],
-                lease_s=row[10],
-                token=row[11],
-                claimed_at=row[12],
-                claimed_until=row[13],
-                worker_id=row[14],
-                expires_at=row[15],
-                created_at=row[16],
-                payload=db.json_value(row[17]),
-                timeout_s=row[18],
-                keyed=row[19],
-                using=alias,
-                manager=self,
-            )
-            for row in rows
-            if row[2] is not None
-        ]
 
     def rescue_lapsed(
         self, queues: Sequence[str] | None, limit: int, *, using: str | None = None

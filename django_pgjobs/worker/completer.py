@@ -62,15 +62,7 @@ class Completer:
         self.stats = stats
         self.faults = faults
         self.counts = counts
-        #: Called with the claim of an outcome set aside (its row held: the claim must
-        #: stay heartbeaten), and with each claim whose outcome is recorded.
-        self._keep = keep
-        self._let_go = let_go
-        #: Outcomes whose rows a transaction held past the lock wait: (buffer, entry).
-        self._held: list[tuple[list[Any], Any]] = []
-        self._held_backoff_s = 0.0
-        #: When the outcomes set aside are tried again (monotonic; None: none held).
-        self.held_retry_at: float | None = None
+        self.aside = SetAside(keep, let_go)
         self._acks: list[tuple[JobHandle, Any]] = []
         self._retries: list[tuple[JobHandle, Failure, float | None]] = []
         self._fails: list[tuple[JobHandle, Failure]] = []
@@ -80,7 +72,7 @@ class Completer:
     @property
     def unflushed(self) -> bool:
         """Whether outcomes wait to be recorded (set aside ones included)."""
-        return self._buffered or bool(self._held)
+        return self._buffered or self.aside.holds
 
     @property
     def _buffered(self) -> bool:
@@ -88,7 +80,7 @@ class Completer:
 
     def flush_due(self, now: float) -> bool:
         """Whether a flush has something to try now (set aside outcomes wait their turn)."""
-        return self._buffered or (self.held_retry_at is not None and now >= self.held_retry_at)
+        return self._buffered or self.aside.due(now)
 
     def timed_out(self, handle: JobHandle, failure: Failure) -> None:
         """Buffer the attempt of a handler the worker abandoned at its timeout (S33)."""
@@ -114,11 +106,7 @@ class Completer:
 
     def flush(self) -> bool:
         """Record every buffered outcome; False when an outage left some buffered."""
-        if self.held_retry_at is not None and time.monotonic() >= self.held_retry_at:
-            for buffer, entry in self._held:
-                buffer.append(entry)
-            self._held.clear()
-            self.held_retry_at = None
+        self.aside.put_back(time.monotonic())
         if not self._buffered:
             return True
         batches: tuple[tuple[list[Any], Callable[[list[Any]], None]], ...] = (
@@ -143,7 +131,7 @@ class Completer:
         except Exception as error:
             if is_lock_timeout(error):
                 if len(buffer) == 1:  # no need to wait for it twice
-                    self._set_aside(buffer, buffer.pop())
+                    self.aside.hold(buffer, buffer.pop())
                     return True
                 return self._record_one_by_one(buffer, record)
             if is_outage(error):
@@ -169,7 +157,7 @@ class Completer:
                 record(buffer[:1])
             except Exception as refused:
                 if is_lock_timeout(refused):
-                    self._set_aside(buffer, buffer[0])
+                    self.aside.hold(buffer, buffer[0])
                     del buffer[0]
                     continue
                 if is_outage(refused):
@@ -184,27 +172,7 @@ class Completer:
 
     def _recorded(self, entries: list[Any]) -> None:
         run_after_recorded(entry[0] for entry in entries)
-        for entry in entries:
-            self._let_go(entry[0])
-        if entries and not self._held:
-            self._held_backoff_s = 0.0
-
-    def _set_aside(self, buffer: list[Any], entry: Any) -> None:
-        """Try `entry` again later: a transaction holds its job's row (S39)."""
-        handle = entry[0]
-        self._held.append((buffer, entry))
-        self._keep(handle)
-        self._held_backoff_s = min(
-            HELD_RETRY_MAX_S, max(HELD_RETRY_MIN_S, self._held_backoff_s * 2)
-        )
-        self.held_retry_at = time.monotonic() + self._held_backoff_s
-        logger.info(
-            "job id=%s kind=%s: a transaction holds its row; its outcome is recorded once "
-            "that ends (trying again in %.1fs)",
-            handle.id,
-            handle.kind,
-            self._held_backoff_s,
-        )
+        self.aside.recorded([entry[0] for entry in entries])
 
     def _record_acks(self, acks: list[tuple[JobHandle, Any]]) -> None:
         handles = [handle for handle, _ in acks]
@@ -287,3 +255,57 @@ class Completer:
             self.stats.retried += 1
         else:
             self.stats.succeeded += 1
+
+
+class SetAside:
+    """Outcomes whose job's row a transaction held past the lock wait (S39), each with
+    the buffer it goes back to: their claims are kept (`keep`: heartbeaten) until they
+    are recorded (`let_go`), and they are tried again after a backoff."""
+
+    def __init__(
+        self, keep: Callable[[JobHandle], None], let_go: Callable[[JobHandle], None]
+    ) -> None:
+        self._keep = keep
+        self._let_go = let_go
+        self._held: list[tuple[list[Any], Any]] = []
+        self._backoff_s = 0.0
+        #: When the outcomes set aside are tried again (monotonic; None: none held).
+        self.retry_at: float | None = None
+
+    @property
+    def holds(self) -> bool:
+        return bool(self._held)
+
+    def due(self, now: float) -> bool:
+        return self.retry_at is not None and now >= self.retry_at
+
+    def hold(self, buffer: list[Any], entry: Any) -> None:
+        """Try `entry` again later: a transaction holds its job's row."""
+        handle = entry[0]
+        self._held.append((buffer, entry))
+        self._keep(handle)
+        self._backoff_s = min(HELD_RETRY_MAX_S, max(HELD_RETRY_MIN_S, self._backoff_s * 2))
+        self.retry_at = time.monotonic() + self._backoff_s
+        logger.info(
+            "job id=%s kind=%s: a transaction holds its row; its outcome is recorded once "
+            "that ends (trying again in %.1fs)",
+            handle.id,
+            handle.kind,
+            self._backoff_s,
+        )
+
+    def put_back(self, now: float) -> None:
+        """Once due, put the outcomes set aside back in their buffers, to be tried."""
+        if not self.due(now):
+            return
+        for buffer, entry in self._held:
+            buffer.append(entry)
+        self._held.clear()
+        self.retry_at = None
+
+    def recorded(self, handles: list[JobHandle]) -> None:
+        """These outcomes are recorded: their claims are no longer kept."""
+        for handle in handles:
+            self._let_go(handle)
+        if handles and not self._held:
+            self._backoff_s = 0.0

@@ -26,14 +26,13 @@ from types import FrameType
 from typing import Any
 
 from django_pgjobs import options, registry
-from django_pgjobs.claims import Failure, JobHandle, Outcome, Verdict, run_after_recorded
+from django_pgjobs.claims import JobHandle, Verdict, run_after_recorded
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.models import Job, QueueControl
 from django_pgjobs.worker.completer import Completer
-from django_pgjobs.worker.executor import timed_out_error
 from django_pgjobs.worker.faults import Faults, describe
-from django_pgjobs.worker.leases import Leases, Running
+from django_pgjobs.worker.leases import Leases
 from django_pgjobs.worker.pacing import Pacing
 from django_pgjobs.worker.pool import HandlerPool
 from django_pgjobs.worker.services import (
@@ -43,13 +42,10 @@ from django_pgjobs.worker.services import (
     SweeperService,
 )
 from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
+from django_pgjobs.worker.timeouts import Timeouts
 from django_pgjobs.worker.wakeup import Wakeup
 
 logger = logging.getLogger("django_pgjobs.worker")
-
-#: How long a transaction-mode job whose statement was cut at its timeout has to return
-#: before its thread is abandoned and its transaction ended (S39).
-CUT_GRACE_S = 1.0
 
 
 def default_worker_id() -> str:
@@ -213,7 +209,7 @@ class Worker:
             using=using,
         )
         self.stats = WorkerStats()
-        self.jobs = Job.objects
+        jobs = Job.objects
         self.pacing = Pacing(
             concurrency=concurrency, prefetch=prefetch, poll_interval=self.options.poll_interval
         )
@@ -221,9 +217,9 @@ class Worker:
         self.wakeup = Wakeup(
             using=using, listen=self.options.listen, poll_interval=self.options.poll_interval
         )
-        self.leases = Leases(self.jobs, self.faults, self.wakeup.wake)
+        self.leases = Leases(jobs, self.faults, self.wakeup.wake)
         self.completer = Completer(
-            self.jobs,
+            jobs,
             self.stats,
             self.faults,
             MinuteCounts(using),
@@ -233,7 +229,16 @@ class Worker:
         self.pool = HandlerPool(concurrency, self.wakeup.wake, async_concurrency)
         self.services = self._services()
         self.stopping = _Stopping(self.options.shutdown_grace)
-        self._abandoned_warned = False
+        self.timeouts = Timeouts(
+            jobs,
+            self.pool,
+            self.leases,
+            self.completer,
+            self.stats,
+            using=using,
+            worker_id=self.options.worker_id,
+        )
+
         self.report = _StatusReport(on_status, status_interval)
 
     @property
@@ -374,7 +379,7 @@ class Worker:
             else:
                 self._contained("claim", self._claim_if_possible, now)
             self._contained("heartbeat", self.leases.heartbeat_due, now)
-            self._contained("look after running jobs", self._look_after, now)
+            self._contained("look after running jobs", self.timeouts.look_after, now)
             self._contained("record the per-minute counts", self.completer.counts.write, now)
             self.report(self.stats, now)
             self._wait(self._timeout(time.monotonic()))
@@ -395,31 +400,9 @@ class Worker:
         return self.options.burst and idle and not self.pacing.maybe_more
 
     def _free_slots(self) -> int:
-        if self._held_back_by_abandoned():
+        if self.timeouts.held_back():
             return 0
         return self._claimable(self.pacing.slots(len(self.leases) - self.leases.on_loop))
-
-    def _held_back_by_abandoned(self) -> bool:
-        """Whether hung handlers abandoned at their timeout fill the bound (S39): then
-        this worker claims no thread job until one ends, and says so once."""
-        abandoned = self.pool.abandoned_running
-        self.stats.abandoned = abandoned
-        full = abandoned >= self.pool.size
-        if full and not self._abandoned_warned:
-            logger.warning(
-                "worker id=%s: %s handlers abandoned at their timeout still run (at most "
-                "%s, its concurrency): it claims no more jobs for its threads until one "
-                "ends; fix the handlers that ignore their timeout",
-                self.worker_id,
-                abandoned,
-                self.pool.size,
-            )
-        elif not full and self._abandoned_warned:
-            logger.warning(
-                "worker id=%s: an abandoned handler ended: it claims again", self.worker_id
-            )
-        self._abandoned_warned = full
-        return full
 
     def _free_places(self) -> int:
         """The event loop's free places for async jobs (0 when it runs none here)."""
@@ -435,15 +418,24 @@ class Worker:
     def _claim_if_possible(self, now: float) -> None:
         pacing = self.pacing
         pacing.tick(now)
-        places = pacing.async_slots(self._free_places())
-        free = self._claimable(pacing.claim_size(self._free_slots()) + places)
+        threads = pacing.claim_size(self._free_slots())
+        free = self._claimable(threads + self._free_places())
+        # Each kind into capacity of its own: async jobs into the event loop's places,
+        # the others into the threads (a max_jobs bound takes from the places first).
+        threads = min(threads, free)
+        places = free - threads
         if not pacing.maybe_more or free <= 0 or self.faults.waiting(now):
             return
         using, queues = self.options.using, self.options.queues
         try:
-            self.jobs.tune_worker_connection(using=using)
-            handles, (due_known, due_in) = self.jobs.claim_for_worker(
-                queues, free, self.worker_id, using=using
+            Job.objects.tune_worker_connection(using=using)
+            handles, (due_known, due_in) = Job.objects.claim_for_worker(
+                queues,
+                threads,
+                self.worker_id,
+                using=using,
+                places=places,
+                loop_kinds=self.pool.loop_kinds,
             )
         except Exception as error:
             self.faults.failed("claim", error)
@@ -456,7 +448,7 @@ class Worker:
             # once the jobs are handed out, so that they need not wait for the answer.
             if not due_known:
                 try:
-                    due_in = self.jobs.next_due_in(queues, using=using)
+                    due_in = Job.objects.next_due_in(queues, using=using)
                 except Exception as error:
                     self.faults.failed("claim", error)
                     return
@@ -464,7 +456,6 @@ class Worker:
 
     def _hand_out(self, handles: list[JobHandle]) -> None:
         held = self.leases.hold(handles)
-        self.pacing.claimed(len(held), sum(running.on_loop for running in held))
         self.pool.submit(held)
         if handles and self.stats.first_claim_at is None:
             self.stats.first_claim_at = time.time()
@@ -492,53 +483,6 @@ class Worker:
             # job that enqueued its own next run, say), which a burst must not leave.
             self.pacing.look_again()
         self.stats.in_flight = len(self.leases)
-
-    def _look_after(self, now: float) -> None:
-        """Store the progress reports that wait, and stop the handlers past their
-        timeout (S33, S39): a lease-mode handler is abandoned, its attempt recorded as
-        timed out and retried, its claim released, so whatever it writes later is
-        refused. A transaction-mode job's running statement is cut at once (its
-        transaction rolls back and the attempt comes back as timed out); one whose
-        handler runs on outside any statement is abandoned after CUT_GRACE_S, its
-        transaction ended with its backend."""
-        for running in self.leases.look(now):
-            if running.atomic and self._cut(running, now):
-                continue
-            if not self.pool.abandon(running):
-                continue  # it finished just now: its outcome stands
-            self.leases.time_out(running)
-            handle = running.handle
-            failure = Failure(timed_out_error(handle.timeout_s or 0.0))
-            if running.atomic:
-                # Its backend is ended: the row is free, and the attempt is recorded as
-                # any retry is (waiting a moment for the lock to go).
-                self.completer.take(
-                    Outcome(handle=handle, verdict=Verdict.RETRY, duration=0.0, failure=failure)
-                )
-            else:
-                self.completer.timed_out(handle, failure)
-        self.stats.in_flight = len(self.leases)
-
-    def _cut(self, running: Running, now: float) -> bool:
-        """Cut a transaction-mode job's statement at its timeout (S39); True while its
-        handler has the grace to return, False once it is to be abandoned."""
-        handle, using = running.handle, self.options.using
-        pid = handle.control.backend_pid
-        deadline = running.deadline or now
-        if now < deadline + CUT_GRACE_S:
-            if pid is not None:
-                if self.jobs.cut_statement(pid, using=using) and not running.cut:
-                    logger.info(
-                        "job id=%s kind=%s reached its timeout of %gs: its statement is cut",
-                        handle.id,
-                        handle.kind,
-                        handle.timeout_s or 0,
-                    )
-                running.cut = True
-            return True
-        if pid is not None:
-            self.jobs.end_backend(pid, using=using)
-        return False
 
     def _flush(self) -> None:
         now = time.monotonic()
@@ -578,7 +522,7 @@ class Worker:
         pacing = self.pacing
         if (
             pacing.maybe_more
-            and (self._free_slots() > 0 or pacing.async_slots(self._free_places()) > 0)
+            and (self._free_slots() > 0 or self._free_places() > 0)
             and not self.stopping.requested.is_set()
             and not self.faults.waiting(now)
         ):
@@ -592,8 +536,8 @@ class Worker:
             deadlines.append(self.stopping.deadline)
         if self.faults.retry_at > now:
             deadlines.append(self.faults.retry_at)
-        if self.completer.held_retry_at is not None:
-            deadlines.append(self.completer.held_retry_at)
+        if self.completer.aside.retry_at is not None:
+            deadlines.append(self.completer.aside.retry_at)
         reconnect = self.wakeup.reconnect_at(now)
         if reconnect is not None:
             deadlines.append(reconnect)

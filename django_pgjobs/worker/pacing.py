@@ -14,8 +14,6 @@ from __future__ import annotations
 PREFETCH_WAIT_S = 0.05
 #: Weight of the latest run in the worker's mean run time.
 RUN_TIME_WEIGHT = 0.2
-#: Weight of the latest claim in the share of async jobs among the jobs claimed.
-ASYNC_SHARE_WEIGHT = 0.3
 
 
 class Pacing:
@@ -32,12 +30,6 @@ class Pacing:
         self.next_due: float | None = None
         #: Mean run time of this worker's jobs (None: none ran yet), for prefetching.
         self.mean_run_s: float | None = None
-        #: The share of async jobs among the recent claims: a claim asks for the event
-        #: loop's free places in that proportion. It starts at none: the first async
-        #: jobs come in claims for the threads (they take no thread), and the share
-        #: grows with each claim that brings some. So a worker whose queues hold sync
-        #: jobs only claims exactly as it would without an event loop.
-        self.async_share = 0.0
 
     def look_again(self) -> None:
         """Claim as soon as the loop may (after a failure, a notification, a completion)."""
@@ -75,17 +67,6 @@ class Pacing:
         if mean * self.prefetch <= PREFETCH_WAIT_S * self.concurrency:
             return self.prefetch
         return int(PREFETCH_WAIT_S * self.concurrency / mean)
-
-    def async_slots(self, free: int) -> int:
-        """How many of the event loop's `free` places the next claim asks for."""
-        if free <= 0:
-            return 0
-        return min(free, round(free * self.async_share))
-
-    def claimed(self, jobs: int, on_loop: int) -> None:
-        """A claim took `jobs` jobs, `on_loop` of them async."""
-        if jobs:
-            self.async_share += ASYNC_SHARE_WEIGHT * (on_loop / jobs - self.async_share)
 
     def claim_size(self, free: int) -> int:
         """How many of `free` slots to claim: all of them up to the threads' count, or

@@ -49,11 +49,19 @@ class HandlerPool:
         self._gather_started: float | None = None
         #: Threads abandoned at a timeout, until they end.
         self._abandoned: list[threading.Thread] = []
+        #: The kinds whose jobs run on the event loop here (none without one), claimed
+        #: into the loop's places, the others into the threads.
+        self.loop_kinds: list[str] = []
 
     def start(self) -> None:
         for _ in range(self.size):
             self._start_thread()
-        if any(runs_on_loop(registry.get_definition(k)) for k in registry.registered_kinds()):
+        self.loop_kinds = sorted(
+            kind
+            for kind in registry.registered_kinds()
+            if runs_on_loop(registry.get_definition(kind))
+        )
+        if self.loop_kinds:
             self._event_loop()
 
     def _start_thread(self) -> None:
@@ -121,12 +129,6 @@ class HandlerPool:
         with self._lock:
             self._abandoned = [thread for thread in self._abandoned if thread.is_alive()]
             return len(self._abandoned)
-
-    @property
-    def abandoned_full(self) -> bool:
-        """Whether as many abandoned threads still run as the pool has threads: the
-        worker then claims nothing until one ends."""
-        return self.abandoned_running >= self.size
 
     @property
     def has_finished(self) -> bool:

@@ -60,6 +60,8 @@ def _claim_on(conn: psycopg.Connection, queue: str) -> list[int]:
         "worker_id": "other",
         "synchronous_commit": None,
         "due": False,
+        "only_kinds": None,
+        "not_kinds": None,
     }
     with conn.cursor() as cursor:
         cursor.execute(sql.CLAIM_JOBS, params)

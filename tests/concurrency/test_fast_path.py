@@ -26,7 +26,14 @@ def test_bookkeeping_asks_for_an_asynchronous_commit_of_its_own_transaction() ->
         # Whatever the server's default (a throwaway test cluster runs with it off).
         conn.execute("SET synchronous_commit = on")
         conn.autocommit = False
-        params = {"queues": ["default"], "worker_id": "w", "synchronous_commit": "off", "due": True}
+        params = {
+            "queues": ["default"],
+            "worker_id": "w",
+            "synchronous_commit": "off",
+            "due": True,
+            "only_kinds": None,
+            "not_kinds": None,
+        }
         rows = conn.execute(sql.claim_jobs(1), params).fetchall()
         assert rows[0][2] is not None
         assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
@@ -84,15 +91,16 @@ def test_the_generic_claim_plan_walks_indexes_and_never_compiles() -> None:
     )
     execute("ANALYZE pgjobs_job")
     statement = sql.claim_jobs(32)
-    names = ("queues", "worker_id", "synchronous_commit", "due")
+    names = ("queues", "worker_id", "synchronous_commit", "due", "only_kinds", "not_kinds")
     for index, name in enumerate(names, start=1):
         statement = statement.replace(f"%({name})s", f"${index}")
     with other_connection() as conn:
         conn.execute(sql.TUNE_WORKER_SESSION)
-        conn.execute(f"PREPARE claim(text[], text, text, boolean) AS {statement}")
+        conn.execute(f"PREPARE claim(text[], text, text, boolean, text[], text[]) AS {statement}")
         conn.execute("BEGIN")
         (plan,) = conn.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim('{default}', 'w', 'off', true)"
+            "EXPLAIN (ANALYZE, FORMAT JSON) "
+            "EXECUTE claim('{default}', 'w', 'off', true, NULL, NULL)"
         ).fetchone()
         conn.execute("ROLLBACK")
     text = json.dumps(plan)

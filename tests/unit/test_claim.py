@@ -105,6 +105,8 @@ class TestS7Order:
             "worker_id": "w",
             "synchronous_commit": None,
             "due": True,
+            "only_kinds": None,
+            "not_kinds": None,
         }
         with connection.cursor() as cursor:
             cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.CLAIM_JOBS, params)

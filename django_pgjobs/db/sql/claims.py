@@ -24,16 +24,17 @@ from django_pgjobs.db.sql.fragments import (
     KEPT_COLUMNS_OF_J,
     NEXT_DUE_SECONDS,
     NOT_CANCEL_REQUESTED,
+    OF_KINDS,
     PROMOTE_RERUN,
     QUEUE_ALLOWANCE,
     UNKEYED,
 )
 
 CLAIM_JOBS = f"""
--- Claim up to %(limit)s pending jobs of %(queues)s for %(worker_id)s (S6-S8) by priority
--- DESC, run_after, id. Each row also says whether a lapsed claim waits in these queues
--- (S9): the caller then runs RESCUE_LAPSED_JOBS and claims again. An empty claim still
--- returns one row, for that flag.
+-- Claim up to %(limit)s pending jobs of %(queues)s (and of the kinds OF_KINDS admits)
+-- for %(worker_id)s (S6-S8) by priority DESC, run_after, id. Each row also says whether
+-- a lapsed claim waits in these queues (S9): the caller then runs RESCUE_LAPSED_JOBS and
+-- claims again. An empty claim still returns one row, for that flag.
 WITH RECURSIVE levels (queue, priority) AS (
     -- A skip scan of the claim index: one row per (queue, priority) holding pending
     -- jobs, each found by one index probe. Reading runnable rows level by level means a
@@ -76,6 +77,7 @@ picked AS (
     CROSS JOIN LATERAL (
         SELECT j.id FROM pgjobs_job AS j
         WHERE {CLAIMABLE} AND {UNKEYED} AND j.queue = l.queue AND j.priority = l.priority
+          AND {OF_KINDS}
         ORDER BY j.run_after, j.id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -115,7 +117,7 @@ picked AS (
     FROM queue_allowance AS a
     CROSS JOIN LATERAL (
         SELECT j.id FROM pgjobs_job AS j
-        WHERE {CLAIMABLE} AND {UNKEYED} AND j.queue = a.name
+        WHERE {CLAIMABLE} AND {UNKEYED} AND j.queue = a.name AND {OF_KINDS}
         ORDER BY j.priority DESC, j.run_after, j.id
         LIMIT a.free
         FOR UPDATE SKIP LOCKED

@@ -116,6 +116,14 @@ CLAIMABLE = (
     " AND (j.expires_at IS NULL OR j.expires_at > now())"
 )
 
+#: A job of the kinds a claim takes: of %(only_kinds)s (NULL: any) and not of
+#: %(not_kinds)s (NULL: none). A worker with an event loop claims its async kinds into the
+#: loop's free places and the others into its free threads, each into capacity of its own.
+OF_KINDS = (
+    "(%(only_kinds)s::text[] IS NULL OR j.kind = ANY(%(only_kinds)s::text[]))"
+    " AND (%(not_kinds)s::text[] IS NULL OR j.kind <> ALL(%(not_kinds)s::text[]))"
+)
+
 #: An unkeyed job: what the claim index holds (keyed jobs have a claim of their own, S34).
 UNKEYED = "j.limit_key IS NULL"
 

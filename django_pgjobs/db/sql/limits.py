@@ -11,7 +11,7 @@ after the turn is had, counts every claim of those keys made before it.
 
 from __future__ import annotations
 
-from django_pgjobs.db.sql.fragments import CLAIM_PICKED, CLAIMABLE, QUEUE_ALLOWANCE
+from django_pgjobs.db.sql.fragments import CLAIM_PICKED, CLAIMABLE, OF_KINDS, QUEUE_ALLOWANCE
 
 LOCK_KEYS = f"""
 -- Take the claim turn of up to %(keys)s concurrency key values with runnable jobs in
@@ -117,7 +117,7 @@ offered AS (
     JOIN allowance AS a ON a.limit_key = p.limit_key AND a.free > 0
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_after FROM pgjobs_job AS j
-        WHERE j.queue = p.queue AND j.limit_key = p.limit_key AND {CLAIMABLE}
+        WHERE j.queue = p.queue AND j.limit_key = p.limit_key AND {CLAIMABLE} AND {OF_KINDS}
         ORDER BY j.priority DESC, j.run_after, j.id
         LIMIT least(a.free, ceil(%(limit)s::float8 / (SELECT count(*) FROM pairs))::int)
         FOR UPDATE SKIP LOCKED

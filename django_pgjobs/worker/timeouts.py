@@ -1,0 +1,117 @@
+"""Handlers past their timeout (S33, S39): a lease-mode handler is abandoned, a
+transaction-mode job's running statement is cut at the deadline and its transaction
+ended if the handler runs on, and the abandoned threads that still run are bounded.
+
+The loop calls `look_after` at every turn and asks `held_back` before it claims.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django_pgjobs.claims import Failure, Outcome, Verdict
+from django_pgjobs.managers import JobManager
+from django_pgjobs.worker.completer import Completer
+from django_pgjobs.worker.executor import timed_out_error
+from django_pgjobs.worker.leases import Leases, Running
+from django_pgjobs.worker.pool import HandlerPool
+from django_pgjobs.worker.stats import WorkerStats
+
+logger = logging.getLogger("django_pgjobs.worker")
+
+#: How long a transaction-mode job whose statement was cut at its timeout has to return
+#: before its thread is abandoned and its transaction ended (S39).
+CUT_GRACE_S = 1.0
+
+
+class Timeouts:
+    """Stops the handlers of one worker that ran past their timeout."""
+
+    def __init__(
+        self,
+        jobs: JobManager,
+        pool: HandlerPool,
+        leases: Leases,
+        completer: Completer,
+        stats: WorkerStats,
+        *,
+        using: str,
+        worker_id: str,
+    ) -> None:
+        self.jobs = jobs
+        self.pool = pool
+        self.leases = leases
+        self.completer = completer
+        self.stats = stats
+        self.using = using
+        self.worker_id = worker_id
+        self._warned = False
+
+    def look_after(self, now: float) -> None:
+        """Store the progress reports that wait, and stop the handlers past their
+        timeout: a lease-mode handler is abandoned, its attempt recorded as timed out
+        and retried, its claim released, so whatever it writes later is refused. A
+        transaction-mode job's running statement is cut at once (its transaction rolls
+        back and the attempt comes back as timed out); one whose handler runs on outside
+        any statement is abandoned after CUT_GRACE_S, its transaction ended with its
+        backend."""
+        for running in self.leases.look(now):
+            if running.atomic and self._cut(running, now):
+                continue
+            if not self.pool.abandon(running):
+                continue  # it finished just now: its outcome stands
+            self.leases.time_out(running)
+            handle = running.handle
+            failure = Failure(timed_out_error(handle.timeout_s or 0.0))
+            if running.atomic:
+                # Its backend is ended: the row is free, and the attempt is recorded as
+                # any retry is (waiting a moment for the lock to go).
+                self.completer.take(
+                    Outcome(handle=handle, verdict=Verdict.RETRY, duration=0.0, failure=failure)
+                )
+            else:
+                self.completer.timed_out(handle, failure)
+        self.stats.in_flight = len(self.leases)
+
+    def _cut(self, running: Running, now: float) -> bool:
+        """Cut a transaction-mode job's statement at its timeout; True while its handler
+        has the grace to return, False once it is to be abandoned."""
+        handle = running.handle
+        pid = handle.control.backend_pid
+        deadline = running.deadline or now
+        if now < deadline + CUT_GRACE_S:
+            if pid is not None:
+                if self.jobs.cut_statement(pid, using=self.using) and not running.cut:
+                    logger.info(
+                        "job id=%s kind=%s reached its timeout of %gs: its statement is cut",
+                        handle.id,
+                        handle.kind,
+                        handle.timeout_s or 0,
+                    )
+                running.cut = True
+            return True
+        if pid is not None:
+            self.jobs.end_backend(pid, using=self.using)
+        return False
+
+    def held_back(self) -> bool:
+        """Whether hung handlers abandoned at their timeout fill the bound (the pool's
+        size): then the worker claims no thread job until one ends, and says so once."""
+        abandoned = self.pool.abandoned_running
+        self.stats.abandoned = abandoned
+        full = abandoned >= self.pool.size
+        if full and not self._warned:
+            logger.warning(
+                "worker id=%s: %s handlers abandoned at their timeout still run (at most "
+                "%s, its concurrency): it claims no more jobs for its threads until one "
+                "ends; fix the handlers that ignore their timeout",
+                self.worker_id,
+                abandoned,
+                self.pool.size,
+            )
+        elif not full and self._warned:
+            logger.warning(
+                "worker id=%s: an abandoned handler ended: it claims again", self.worker_id
+            )
+        self._warned = full
+        return full
