@@ -31,6 +31,7 @@ from django_pgjobs.records import (
     Heartbeats,
     RescueResult,
 )
+from django_pgjobs.states import DeadCategory
 
 if TYPE_CHECKING:
     from django_pgjobs.models import Job  # noqa: F401
@@ -289,9 +290,11 @@ class JobManager(JobReads):
         handles = [handle for handle, _, _ in retries]
         alias = _batch_alias(handles)
         delays = [_retry_delay(handle, delay) for handle, _, delay in retries]
+        failures = [failure for _, failure, _ in retries]
         params = {
             **db.array_of_claims(handles),
-            **_failure_params([failure for _, failure, _ in retries]),
+            **_failure_params(failures),
+            "categories": _categories(failures, DeadCategory.MAX_ATTEMPTS),
             "delays_s": delays,
             **db.wake_params(),
             **db.commit_mode(alias),
@@ -329,20 +332,28 @@ class JobManager(JobReads):
                 f"Job {first.id} ({first.kind}) was cancelled while it ran: "
                 f"{reasons[str(first.id)]}; its completion is refused (S38)."
             )
-        self.fail_batch([(handle, Failure(reasons[str(handle.id)])) for handle in stopped])
+        self.fail_batch(
+            [
+                (handle, Failure(reasons[str(handle.id)], category=DeadCategory.CANCELLED))
+                for handle in stopped
+            ]
+        )
         return {handle.id for handle in stopped}
 
     def fail_batch(self, failures: Sequence[tuple[JobHandle, Failure]]) -> int:
         """Dead-letter claimed jobs at once (S15): each (handle, failure); the failure's
-        error is the reason, verbatim. Returns how many claims were current."""
+        error is the reason, verbatim, and its category the letter's ("failed" when it
+        names none). Returns how many claims were current."""
         if not failures:
             return 0
         failures = workflows.in_id_order(failures)
         handles = [handle for handle, _ in failures]
         alias = _batch_alias(handles)
+        given = [failure for _, failure in failures]
         params = {
             **db.array_of_claims(handles),
-            **_failure_params([failure for _, failure in failures]),
+            **_failure_params(given),
+            "categories": _categories(given, DeadCategory.FAILED),
             **db.wake_params(),
             **db.commit_mode(alias),
         }
@@ -547,6 +558,11 @@ def _failure_params(failures: Sequence[Failure]) -> dict[str, Any]:
         "exceptions": [failure.exception for failure in failures],
         "errors_kept": pgjobs_settings.ERRORS_KEPT,
     }
+
+
+def _categories(failures: Sequence[Failure], default: DeadCategory) -> list[str]:
+    """The dead letters' categories of a retry or fail statement, one per failure."""
+    return [(failure.category or default).value for failure in failures]
 
 
 def _batch_alias(handles: Sequence[JobHandle]) -> str:
