@@ -24,7 +24,7 @@ from django_pgjobs.managers import enqueue as enqueueing
 from django_pgjobs.managers.queues import limited_queues
 from django_pgjobs.managers.reads import JobReads
 from django_pgjobs.options import UNSET
-from django_pgjobs.payloads import encode_result
+from django_pgjobs.payloads import ERROR_TEXT_MAX_CHARS, encode_result, storable_text
 from django_pgjobs.records import (
     BatchRecord,
     EnqueueResult,
@@ -498,9 +498,12 @@ class JobManager(JobReads):
         Unlike `cancel` (S18, which deletes), the job stays on record. Running handlers
         are told (S32). Returns how many were moved, or got a cancel request (S38: a
         transaction holds their row right now; no completion of that claim is taken, and
-        their workers dead-letter them with `reason`); finished jobs are skipped.
+        their workers dead-letter them with `reason`); finished jobs are skipped. The
+        reason is made storable as a failure's is (S27: NUL and lone surrogates escaped,
+        its length bounded); the letters' category is "cancelled", whatever it says.
         """
-        params = {"ids": db.array_of_ids(job_ids), "reason": reason, **db.wake_params()}
+        stored = storable_text(reason, ERROR_TEXT_MAX_CHARS)
+        params = {"ids": db.array_of_ids(job_ids), "reason": stored, **db.wake_params()}
         ((moved, told, _),) = db.fetchall(sql.CANCEL_JOBS, params, using)
         return int(moved) + int(told)
 

@@ -21,7 +21,7 @@ from django.contrib.postgres.operations import (
 from django.db import migrations, models
 
 from django_pgjobs.db import connection as db
-from django_pgjobs.db.sql.dead import FILE_DEAD_LETTERS
+from django_pgjobs.db import sql
 
 BATCH = 10_000
 
@@ -30,7 +30,7 @@ def file_dead_letters(apps: Any, schema_editor: Any) -> None:
     using = schema_editor.connection.alias
     after = 0
     while True:
-        ((last,),) = db.fetchall(FILE_DEAD_LETTERS, {"after": after, "limit": BATCH}, using)
+        ((last,),) = db.fetchall(sql.FILE_DEAD_LETTERS, {"after": after, "limit": BATCH}, using)
         if last is None:
             return
         after = last
