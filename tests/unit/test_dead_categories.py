@@ -73,7 +73,7 @@ def raiser() -> Any:
 def category_of(job_id: int) -> str | None:
     found = dead_row(job_id, "category")
     assert found is not None
-    return found[0]
+    return None if found[0] is None else str(found[0])
 
 
 def rendered(client: Client, **params: str) -> set[int]:
