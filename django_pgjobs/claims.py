@@ -30,6 +30,7 @@ from django_pgjobs.payloads import (
     storable_text,
 )
 from django_pgjobs.records import BatchRecord
+from django_pgjobs.states import DeadCategory
 
 logger = logging.getLogger("django_pgjobs.jobs")
 
@@ -144,11 +145,14 @@ class Failure:
 
     Its texts are made storable as it is made (S27): whatever a handler raised, its
     failure can be written (NUL and lone surrogates escaped, lengths bounded).
+    `category` is the dead letter's if this failure ends the job; None: the
+    statement's own ("failed" for a fail, "max attempts exceeded" for a spent retry).
     """
 
     error: str
     traceback: str | None = None
     exception: str | None = None
+    category: DeadCategory | None = None
 
     def __post_init__(self) -> None:
         error = reason_text(self.error, "(no error text)")
@@ -161,7 +165,12 @@ class Failure:
             object.__setattr__(self, "exception", exception)
 
     @classmethod
-    def from_exception(cls, error: BaseException, text: str | None = None) -> Failure:
+    def from_exception(
+        cls,
+        error: BaseException,
+        text: str | None = None,
+        category: DeadCategory | None = None,
+    ) -> Failure:
         """The failure an exception describes; `text` replaces its "Class: message"."""
         kind = type(error)
         if text is None:
@@ -171,6 +180,7 @@ class Failure:
             error=text,
             traceback=_formatted(error),
             exception=f"{safe_str(kind.__module__)}.{kind.__qualname__}",
+            category=category,
         )
 
     @classmethod

@@ -34,3 +34,39 @@ class JobState(models.TextChoices):
 LIVE_STATES = (JobState.PENDING, JobState.RUNNING)
 #: The states of a job that has not ended: what a child waits for (S29).
 UNFINISHED_STATES = (JobState.WAITING, JobState.PENDING, JobState.RUNNING)
+
+
+class DeadCategory(models.TextChoices):
+    """Why a dead letter died, stored with it (`pgjobs_dead.category`): a bounded list
+    for the admin's filter, whatever text its reason holds (S15 keeps that verbatim).
+
+    Written by the statement that moves the job to the dead table. The one writer that
+    names no category is the workflows' `pgjobs_end_parents` function, whose letters'
+    reasons read "dependency failed: <id>": see `DeadJob.category`."""
+
+    FAILED = "failed", "failed"
+    """The handler gave up: it raised `Fail` (any message) or called `ctx.fail()`."""
+
+    MAX_ATTEMPTS = "max_attempts", "max attempts exceeded"
+    """The last attempt failed, or its lease lapsed, with no attempt left (S9, S13, S33)."""
+
+    EXPIRED = "expired", "expired"
+    """Swept past its `expires_at` (S24)."""
+
+    CANCELLED = "cancelled", "cancelled"
+    """Cancelled by an operator (`cancel_many`, the admin), whatever reason was given;
+    a cancel request that bound a running claim (S38); or a handler raised `Cancelled`."""
+
+    DEPENDENCY = "dependency", "dependency failed"
+    """A parent died or was cancelled, and took its dependents with it (S30)."""
+
+    PAYLOAD = "payload", "payload does not fit"
+    """Its payload cannot be the handler's arguments (a row edited by hand, S28)."""
+
+    UNKNOWN_KIND = "unknown_kind", "unknown kind"
+    """Its attempts ran out on workers that have no handler of its kind (S25): the last
+    attempt's error is "unknown job kind '<kind>'", the reason "max attempts exceeded"."""
+
+    UNSTORABLE = "unstorable", "outcome not storable"
+    """What the handler returned or raised could not be stored: a result that is not
+    JSON, or data the database refused (S27)."""

@@ -14,8 +14,9 @@ from django.http import HttpRequest
 from django_pgjobs import registry
 from django_pgjobs.admin.glance import queue_statuses
 from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.models import DeadJob
 from django_pgjobs.records import QueueStatus
-from django_pgjobs.states import JobState
+from django_pgjobs.states import DeadCategory, JobState
 
 
 class QueueFilter(admin.SimpleListFilter):
@@ -84,36 +85,28 @@ class ReadinessFilter(admin.SimpleListFilter):
         return queryset
 
 
-#: Dead letters by why they died: a bounded list, however many distinct `Fail()`
-#: messages there are. "other" is every reason none of the others matches.
-REASON_CATEGORIES: dict[str, tuple[str, Q]] = {
-    "max_attempts": ("max attempts exceeded", Q(reason="max attempts exceeded")),
-    "failed": ("failed", Q(reason="failed")),
-    "expired": ("expired", Q(reason="expired")),
-    "cancelled": ("cancelled", Q(reason="cancelled")),
-    "unknown_kind": ("unknown kind", Q(reason__startswith="unknown job kind")),
-    "payload": ("payload does not fit", Q(reason__startswith="payload does not fit")),
-}
+#: The reason filter's value for letters without a category.
+OTHER = "other"
 
 
 class ReasonFilter(admin.SimpleListFilter):
-    """Dead letters by category of reason, never a DISTINCT over every reason text."""
+    """Dead letters by the category stored with them (DeadCategory), never a DISTINCT
+    over every reason text: "failed" is every `Fail("...")`, whatever its message.
+    "other" is the letters that have none: older than the column, and not recognised
+    by their reason when it was added."""
 
     title = "reason"
     parameter_name = "reason"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(value, label) for value, (label, _) in REASON_CATEGORIES.items()] + [
-            ("other", "other")
+        return [(str(category.value), str(category.label)) for category in DeadCategory] + [
+            (OTHER, "other (not recorded)")
         ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
-        if value in REASON_CATEGORIES:
-            return queryset.filter(REASON_CATEGORIES[value][1])
-        if value == "other":
-            known = Q()
-            for _, match in REASON_CATEGORIES.values():
-                known |= match
-            return queryset.exclude(known)
+        if value in DeadCategory.values:
+            return queryset.filter(DeadJob.in_category(DeadCategory(value)))
+        if value == OTHER:
+            return queryset.filter(DeadJob.in_category(None))
         return queryset

@@ -500,6 +500,17 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
     def state_of(self, obj: DeadJob) -> str:
         return f"dead ({obj.reason}) since {humane_time(obj.died_at)}"
 
+    @admin.display(description="state")
+    def state_line(self, obj: DeadJob) -> SafeString:
+        category = obj.filed_category
+        if category is None:
+            return super().state_line(obj)
+        return format_html(
+            '<strong>{}</strong> <span class="pgjobs-category" title="category">{}</span>',
+            self.state_of(obj),
+            category.label,
+        )
+
     def press(self, request: HttpRequest, name: str, obj: DeadJob) -> HttpResponse:
         if name == "delete":
             DeadJob.objects.delete_letters([obj.pk])

@@ -24,13 +24,14 @@ from django_pgjobs.managers import enqueue as enqueueing
 from django_pgjobs.managers.queues import limited_queues
 from django_pgjobs.managers.reads import JobReads
 from django_pgjobs.options import UNSET
-from django_pgjobs.payloads import encode_result
+from django_pgjobs.payloads import ERROR_TEXT_MAX_CHARS, encode_result, storable_text
 from django_pgjobs.records import (
     BatchRecord,
     EnqueueResult,
     Heartbeats,
     RescueResult,
 )
+from django_pgjobs.states import DeadCategory
 
 if TYPE_CHECKING:
     from django_pgjobs.models import Job  # noqa: F401
@@ -290,9 +291,11 @@ class JobManager(JobReads):
         handles = [handle for handle, _, _ in retries]
         alias = _batch_alias(handles)
         delays = [_retry_delay(handle, delay) for handle, _, delay in retries]
+        failures = [failure for _, failure, _ in retries]
         params = {
             **db.array_of_claims(handles),
-            **_failure_params([failure for _, failure, _ in retries]),
+            **_failure_params(failures),
+            "categories": _categories(failures, DeadCategory.MAX_ATTEMPTS),
             "delays_s": delays,
             **db.wake_params(),
             **db.commit_mode(alias),
@@ -330,20 +333,28 @@ class JobManager(JobReads):
                 f"Job {first.id} ({first.kind}) was cancelled while it ran: "
                 f"{reasons[str(first.id)]}; its completion is refused (S38)."
             )
-        self.fail_batch([(handle, Failure(reasons[str(handle.id)])) for handle in stopped])
+        self.fail_batch(
+            [
+                (handle, Failure(reasons[str(handle.id)], category=DeadCategory.CANCELLED))
+                for handle in stopped
+            ]
+        )
         return {handle.id for handle in stopped}
 
     def fail_batch(self, failures: Sequence[tuple[JobHandle, Failure]]) -> int:
         """Dead-letter claimed jobs at once (S15): each (handle, failure); the failure's
-        error is the reason, verbatim. Returns how many claims were current."""
+        error is the reason, verbatim, and its category the letter's ("failed" when it
+        names none). Returns how many claims were current."""
         if not failures:
             return 0
         failures = workflows.in_id_order(failures)
         handles = [handle for handle, _ in failures]
         alias = _batch_alias(handles)
+        given = [failure for _, failure in failures]
         params = {
             **db.array_of_claims(handles),
-            **_failure_params([failure for _, failure in failures]),
+            **_failure_params(given),
+            "categories": _categories(given, DeadCategory.FAILED),
             **db.wake_params(),
             **db.commit_mode(alias),
         }
@@ -502,9 +513,12 @@ class JobManager(JobReads):
         Unlike `cancel` (S18, which deletes), the job stays on record. Running handlers
         are told (S32). Returns how many were moved, or got a cancel request (S38: a
         transaction holds their row right now; no completion of that claim is taken, and
-        their workers dead-letter them with `reason`); finished jobs are skipped.
+        their workers dead-letter them with `reason`); finished jobs are skipped. The
+        reason is made storable as a failure's is (S27: NUL and lone surrogates escaped,
+        its length bounded); the letters' category is "cancelled", whatever it says.
         """
-        params = {"ids": db.array_of_ids(job_ids), "reason": reason, **db.wake_params()}
+        stored = storable_text(reason, ERROR_TEXT_MAX_CHARS)
+        params = {"ids": db.array_of_ids(job_ids), "reason": stored, **db.wake_params()}
         ((moved, told, _),) = db.fetchall(sql.CANCEL_JOBS, params, using)
         return int(moved) + int(told)
 
@@ -562,6 +576,11 @@ def _failure_params(failures: Sequence[Failure]) -> dict[str, Any]:
         "exceptions": [failure.exception for failure in failures],
         "errors_kept": pgjobs_settings.ERRORS_KEPT,
     }
+
+
+def _categories(failures: Sequence[Failure], default: DeadCategory) -> list[str]:
+    """The dead letters' categories of a retry or fail statement, one per failure."""
+    return [(failure.category or default).value for failure in failures]
 
 
 def _batch_alias(handles: Sequence[JobHandle]) -> str:

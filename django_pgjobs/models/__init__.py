@@ -25,7 +25,13 @@ from django_pgjobs.models.workflows import (
     Dependency as Dependency,
 )
 from django_pgjobs.options import KIND_MAX_LENGTH, QUEUE_NAME_MAX_LENGTH
-from django_pgjobs.states import LIVE_STATES, JobState
+from django_pgjobs.states import LIVE_STATES, DeadCategory, JobState
+
+#: How the reason of a letter of `pgjobs_end_parents` (S30) begins: the one writer that
+#: names no category (see DeadJob.category).
+DEPENDENCY_REASON_PREFIX = "dependency failed: "
+#: The categories a statement writes into `pgjobs_dead.category`.
+STORED_DEAD_CATEGORIES = [c.value for c in DeadCategory if c != DeadCategory.DEPENDENCY]
 
 
 class JobColumns(models.Model):
@@ -253,6 +259,20 @@ class DeadJob(JobColumns):
 
     id = models.BigIntegerField(primary_key=True)
     reason = models.TextField(help_text="Why it died: 'max attempts exceeded', 'failed', ...")
+    #: Written by every statement of `db/sql` that inserts a dead letter, in that
+    #: statement. Empty (NULL) where no writer named it: the letters of the workflows'
+    #: `pgjobs_end_parents` function (S30), whose reasons read "dependency failed: <id>"
+    #: ("dependency" is never stored: it is read from that), and letters older than
+    #: migration 0010 whose reason matched no category, or that a worker of an older
+    #: version wrote during an upgrade. Read it through `filed_category` and
+    #: `in_category`, which tell those apart by the reason.
+    category = models.CharField(
+        max_length=16,
+        choices=DeadCategory.choices,
+        null=True,
+        blank=True,
+        help_text="Why it died, in a word (empty: a dependency failed, or not recorded).",
+    )
     died_at = models.DateTimeField(db_default=Now())
 
     objects: ClassVar[managers.DeadJobManager] = managers.DeadJobManager()
@@ -263,6 +283,8 @@ class DeadJob(JobColumns):
         indexes: ClassVar[list[models.Index]] = [
             models.Index(fields=["died_at"], name="pgjobs_dead_died_at"),
             models.Index(fields=["queue", "died_at"], name="pgjobs_dead_queue"),
+            # The admin's reason filter, newest first.
+            models.Index(fields=["category", "died_at"], name="pgjobs_dead_category"),
             # The admin's search: a kind or a key by its start.
             models.Index(
                 fields=["kind"], name="pgjobs_dead_kind_prefix", opclasses=["text_pattern_ops"]
@@ -274,10 +296,37 @@ class DeadJob(JobColumns):
                 condition=Q(key__isnull=False),
             ),
         ]
-        constraints: ClassVar[list[models.BaseConstraint]] = _shared_constraints("pgjobs_dead")
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            # "dependency" is read from NULL and the reason, never stored (see category).
+            models.CheckConstraint(
+                condition=Q(category__in=STORED_DEAD_CATEGORIES) | Q(category__isnull=True),
+                name="pgjobs_dead_category_valid",
+            ),
+            *_shared_constraints("pgjobs_dead"),
+        ]
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("Dead jobs are written by the queue, never by save().")
+
+    @property
+    def filed_category(self) -> DeadCategory | None:
+        """The letter's category: the stored one, else "dependency" for a letter of
+        `pgjobs_end_parents`; None when it was never recorded."""
+        if self.category:
+            return DeadCategory(self.category)
+        if self.reason.startswith(DEPENDENCY_REASON_PREFIX):
+            return DeadCategory.DEPENDENCY
+        return None
+
+    @staticmethod
+    def in_category(category: DeadCategory | None) -> Q:
+        """The letters whose `filed_category` is `category` (None: not recorded)."""
+        of_end_parents = Q(reason__startswith=DEPENDENCY_REASON_PREFIX)
+        if category is None:
+            return Q(category__isnull=True) & ~of_end_parents
+        if category == DeadCategory.DEPENDENCY:
+            return Q(category__isnull=True) & of_end_parents
+        return Q(category=category)
 
 
 class JobStats(models.Model):

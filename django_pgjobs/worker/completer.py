@@ -33,6 +33,7 @@ from django_pgjobs.claims import (
     run_after_recorded,
 )
 from django_pgjobs.managers import JobManager
+from django_pgjobs.states import DeadCategory
 from django_pgjobs.worker.executor import cancellation_of
 from django_pgjobs.worker.faults import Faults, describe, is_lock_timeout, is_outage
 from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
@@ -214,7 +215,8 @@ class Completer:
         False when an outage stopped that too (the outcome stays buffered)."""
         reason = f"the outcome could not be stored: {describe(refused)}"
         try:
-            buried = self.jobs.fail_batch([(handle, Failure.from_exception(refused, reason))])
+            failure = Failure.from_exception(refused, reason, category=DeadCategory.UNSTORABLE)
+            buried = self.jobs.fail_batch([(handle, failure)])
         except Exception as error:
             if is_outage(error):
                 self.faults.failed("record outcomes", error)

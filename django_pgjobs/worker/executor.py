@@ -40,6 +40,7 @@ from django_pgjobs.exceptions import (
 from django_pgjobs.options import validate_retry_delay
 from django_pgjobs.payloads import encode_result
 from django_pgjobs.registry import JobDefinition
+from django_pgjobs.states import DeadCategory
 from django_pgjobs.worker.faults import describe, is_outage, sqlstate
 
 logger = logging.getLogger("django_pgjobs.jobs")
@@ -128,11 +129,12 @@ class Executor:
         if definition is None:
             # A rolling deploy: an older worker meets a newer kind. Never import a stored
             # path; back off and let a worker that knows the kind take it.
-            failure = Failure(unknown_kind_error(handle.kind))
+            failure = Failure(unknown_kind_error(handle.kind), category=DeadCategory.UNKNOWN_KIND)
             return None, self._retry(handle, failure, None, started)
         misfit = definition.misfit(handle.payload)  # a row edited by hand may hold any JSON
         if misfit is not None:
-            return None, self._finish(handle, Verdict.FAIL, started, failure=Failure(misfit))
+            failure = Failure(misfit, category=DeadCategory.PAYLOAD)
+            return None, self._finish(handle, Verdict.FAIL, started, failure=failure)
         if handle.cancelled:  # cancelled while it waited for a thread
             return None, self._finish(handle, Verdict.CANCELLED, started)
         logger.debug(
@@ -272,12 +274,15 @@ class Executor:
         if isinstance(error, LeaseLost):
             return self._finish(handle, Verdict.LOST, started)
         if isinstance(error, Cancelled):  # raised by a handler whose job was not cancelled
-            failure = Failure.from_exception(error, text="cancelled")
+            failure = Failure.from_exception(
+                error, text="cancelled", category=DeadCategory.CANCELLED
+            )
             return self._finish(handle, Verdict.FAIL, started, failure=failure)
         if isinstance(error, Retry):
             return self._retry_raised(handle, error, started)
         if isinstance(error, Fail):
-            failure = Failure.from_exception(error, text=reason_text(error.reason, "failed"))
+            text = reason_text(error.reason, "failed")
+            failure = Failure.from_exception(error, text=text, category=DeadCategory.FAILED)
             return self._finish(handle, Verdict.FAIL, started, failure=failure)
         if isinstance(error, ResultNotJson):
             # The encoding error itself, when there is one, is what the failure names
@@ -285,7 +290,9 @@ class Executor:
             # "result is not JSON: ...".
             cause = error.__cause__
             named = cause if isinstance(cause, Exception) else error
-            failure = Failure.from_exception(named, text=str(error))
+            failure = Failure.from_exception(
+                named, text=str(error), category=DeadCategory.UNSTORABLE
+            )
             return self._finish(handle, Verdict.FAIL, started, failure=failure)
         return self._retry(handle, Failure.from_exception(error), None, started)
 
@@ -392,7 +399,7 @@ def _record(outcome: Outcome) -> None:
 
 def cancellation_of(handle: JobHandle) -> Failure:
     """The dead letter's reason of a job cancelled while it ran (S32)."""
-    return Failure(handle.control.reason or "cancelled")
+    return Failure(handle.control.reason or "cancelled", category=DeadCategory.CANCELLED)
 
 
 def _as_recorded(outcome: Outcome) -> Outcome:

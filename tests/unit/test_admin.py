@@ -107,8 +107,13 @@ def test_kind_and_reason_filters(admin_client: Client, jobs: dict) -> None:
         }
     finally:
         registry.unregister("demo.mail")
-    response = admin_client.get(f"{DEAD}?reason=other")  # "gave up": no category of its own
+    # "gave up" is a fail with a message: failed, as a bare fail is (issue 26, item 19).
+    response = admin_client.get(f"{DEAD}?reason=failed")
     assert [o.id for o in response.context["cl"].result_list] == [jobs["dead"]]
+    response = admin_client.get(f"{DEAD}?reason=max_attempts")
+    assert [o.id for o in response.context["cl"].result_list] == [jobs["spent"]]
+    response = admin_client.get(f"{DEAD}?reason=other")  # letters without a category
+    assert list(response.context["cl"].result_list) == []
     # An exact reason is no filter the list offers: a scan of the dead letters (issue 26).
     assert admin_client.get(f"{DEAD}?reason__exact=gave+up").status_code == 400
     response = admin_client.get(f"{DEAD}?queue=sync")

@@ -16,7 +16,9 @@ from django.urls import reverse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from django_pgjobs.claims import Failure
 from django_pgjobs.models import DeadJob, Job
+from django_pgjobs.states import DeadCategory
 from tests.helpers import count, execute, row, seconds_from_now
 
 pytestmark = pytest.mark.django_db
@@ -55,12 +57,16 @@ def jobs() -> dict[str, int]:
         ['{"fraction": 0.4, "message": "frame 40", "data": {}, "at": "2026-12-01T10:00:00Z"}',
          running.id],
     )  # fmt: skip
-    reasons = {
+    # Each as the worker files it (executor.py): a fail's category is "failed" whatever
+    # its text; a misfit payload and an unknown kind say what they are.
+    unknown = Failure("unknown job kind 'gone.away'", category=DeadCategory.UNKNOWN_KIND)
+    misfit = "payload does not fit the handler of x: missing a required argument: 'y'"
+    reasons: dict[str, str | Failure | None] = {
         "spent": None,
         "failed": "failed",
         "custom": "the remote said no",
-        "unknown": "unknown job kind 'gone.away'",
-        "payload": "payload does not fit the handler of x: missing a required argument: 'y'",
+        "unknown": None,
+        "payload": Failure(misfit, category=DeadCategory.PAYLOAD),
     }
     for name, reason in reasons.items():
         attempts = 1 if reason is None else 2
@@ -69,7 +75,8 @@ def jobs() -> dict[str, int]:
         try:
             raise RuntimeError(f"boom {name}")
         except RuntimeError as error:
-            handle.retry(error, delay=0)  # the last for "spent": max attempts exceeded
+            # The last attempt for "spent" and "unknown": max attempts exceeded.
+            handle.retry(unknown if name == "unknown" else error, delay=0)
         if reason is not None:
             Job.objects.claim_one("ops", "host:2:def").fail(reason)
         ids[name] = handle.id
@@ -120,11 +127,11 @@ def test_search_by_prefix_walks_an_index_on_either_table() -> None:
     ("category", "expected"),
     [
         ("max_attempts", ["spent"]),
-        ("failed", ["failed"]),
+        ("failed", ["failed", "custom"]),  # issue 26, item 19: every fail, whatever its text
         ("cancelled", ["cancelled"]),
         ("unknown_kind", ["unknown"]),
         ("payload", ["payload"]),
-        ("other", ["custom"]),
+        ("other", []),
         ("expired", []),
     ],
 )
@@ -305,19 +312,19 @@ def test_requeue_all_matching_the_filter_asks_with_the_count_then_goes_in_batche
     from django_pgjobs.admin import common
 
     monkeypatch.setattr(common, "ACTION_BATCH", 2)
-    url = f"{DEAD}?reason=other"  # the filter, and a page selection of one of them
+    url = f"{DEAD}?reason=failed"  # the filter, and a page selection of one of them
     for extra in range(5):
         Job.objects.enqueue("ops.task", {"extra": extra}, queue="ops", max_attempts=2)
         Job.objects.claim_one("ops", "w").fail(f"said no {extra}")
     chosen = {"action": "requeue", "_selected_action": [jobs["custom"]], "select_across": "1"}
     confirm = admin_client.post(url, chosen)
     assert confirm.status_code == 200
-    assert "Requeue 6 jobs, every one matching the list's filter?" in confirm.content.decode()
+    assert "Requeue 7 jobs, every one matching the list's filter?" in confirm.content.decode()
     assert count("pgjobs_dead") == 11  # nothing happened yet
     answer = {**chosen, "confirmed": "yes", "pgjobs_upto": confirm.context["upto"]}
     done = admin_client.post(url, answer, follow=True)
-    assert "6 jobs requeued." in done.content.decode()
-    assert count("pgjobs_dead") == 5 and count("pgjobs_dead", "reason = 'failed'") == 1
+    assert "7 jobs requeued." in done.content.decode()
+    assert count("pgjobs_dead") == 4 and count("pgjobs_dead", "category = 'failed'") == 0
 
 
 def test_cancel_all_matching_the_filter_states_the_count(

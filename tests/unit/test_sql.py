@@ -90,6 +90,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "tracebacks": [None],
         "exceptions": [None],
         "delays_s": [1.0],
+        "categories": ["max_attempts"],
         "errors_kept": 10,
         **WAKE,
     },
@@ -100,6 +101,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "errors": ["e"],
         "tracebacks": [None],
         "exceptions": [None],
+        "categories": ["failed"],
         "errors_kept": 10,
         **WAKE,
     },
@@ -126,6 +128,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "tracebacks": [None],
         "exceptions": [None],
         "delays_s": [1.0],
+        "categories": ["max_attempts"],
         "errors_kept": 10,
         **WAKE,
     },
@@ -164,6 +167,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "TUNE_WORKER_SESSION": {},
     "RUN_JOBS_NOW": {"ids": [1], **WAKE},
     "DELETE_DEAD_JOBS": {"ids": [1]},
+    "FILE_DEAD_LETTERS": {"after": 0, "limit": 10},
     "FIRST_EDGES_OF_JOB": {"id": 1, "limit": 20},
     "EDGE_COUNTS_OF_JOB": {"id": 1, "cap": 1000},
     "READ_JOBS": {"ids": [1, 2]},
@@ -376,3 +380,23 @@ def test_pruning_batches_walks_an_index_of_their_ends() -> None:
         plan = "\n".join(line for (line,) in cursor.fetchall())
     assert "pgjobs_batch_ended" in plan, plan
     assert "Seq Scan on pgjobs_batch " not in plan, plan
+
+
+def test_every_statement_that_writes_a_dead_letter_names_its_category() -> None:
+    """Issue 26: the admin's reason filter reads the stored category, so every statement
+    that inserts a dead letter writes it in that statement. The workflows' function
+    (its letters read "dependency failed: <id>") is the one that does not."""
+    writers = {
+        name: statement
+        for name, statement in sql.STATEMENTS.items()
+        if re.search(r"INSERT INTO pgjobs_dead\b", statement)
+    }
+    assert {"FAIL_JOBS", "RETRY_JOBS", "TIME_OUT_JOBS", "RESCUE_LAPSED_JOBS"} <= set(writers)
+    assert {"CANCEL_JOBS", "SWEEP_EXPIRED"} <= set(writers)
+    for name, statement in writers.items():
+        columns = re.findall(r"INSERT INTO pgjobs_dead \(([^)]*)\)", statement)
+        assert columns, name
+        if name.startswith("END_PARENTS_FUNCTION"):
+            assert all("category" not in named for named in columns), name
+        else:
+            assert all("category" in named for named in columns), name

@@ -175,11 +175,13 @@ buried AS (
     RETURNING j.*, t.entry AS final_entry, t.cancel_reason
 ),
 dead AS (
-    INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, died_at)
+    INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, category,
+                             died_at)
     SELECT j.id, {KEPT_COLUMNS_OF_J}, 'lease lapsed',
            jsonb_path_query_array(j.errors || jsonb_build_array(j.final_entry),
            '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1)),
-           coalesce(j.cancel_reason, 'max attempts exceeded'), now()
+           coalesce(j.cancel_reason, 'max attempts exceeded'),
+           CASE WHEN j.cancel_reason IS NULL THEN 'max_attempts' ELSE 'cancelled' END, now()
     FROM buried AS j
     RETURNING id
 ),
@@ -266,18 +268,21 @@ SELECT (SELECT count(*) FROM deleted) + (SELECT count(*) FROM kept)
 RETRY_JOBS = f"""
 -- Record a failed attempt of claimed jobs whose claim is current (S13): back to pending
 -- after the given delay, or dead with 'max attempts exceeded' when attempts are spent;
--- a pending trigger (S3) is promoted instead of either. A claim a cancel request binds
--- is not retried (S38): the last column says which, for the caller to dead-letter.
+-- a pending trigger (S3) is promoted instead of either. A dead letter's category is the
+-- caller's (%(categories)s: 'max_attempts', or 'unknown_kind' for a kind its worker has
+-- no handler of). A claim a cancel request binds is not retried (S38): the last column
+-- says which, for the caller to dead-letter.
 WITH target AS (
-    SELECT j.id, t.error, t.delay_s,
+    SELECT j.id, t.error, t.delay_s, t.category,
            jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', t.error,
                               'traceback', t.traceback, 'exception', t.exception,
                               'worker_id', j.worker_id) AS entry,
            j.attempts >= j.max_attempts AS exhausted,
            j.rerun_payload IS NOT NULL AS has_rerun
     FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::text[],
-                %(tracebacks)s::text[], %(exceptions)s::text[], %(delays_s)s::float8[])
-         AS t(id, token, error, traceback, exception, delay_s)
+                %(tracebacks)s::text[], %(exceptions)s::text[], %(delays_s)s::float8[],
+                %(categories)s::text[])
+         AS t(id, token, error, traceback, exception, delay_s, category)
     CROSS JOIN LATERAL (
         SELECT * FROM pgjobs_job AS j
         WHERE j.id = t.id AND {CLAIM_IS_CURRENT} AND {NOT_CANCEL_REQUESTED}
@@ -307,14 +312,15 @@ promoted AS (
 buried AS (
     DELETE FROM pgjobs_job AS j USING target AS t
     WHERE j.id = t.id AND t.exhausted AND NOT t.has_rerun
-    RETURNING j.*, t.error AS final_error, t.entry AS final_entry
+    RETURNING j.*, t.error AS final_error, t.entry AS final_entry, t.category AS final_category
 ),
 dead AS (
-    INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, died_at)
+    INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, category,
+                             died_at)
     SELECT j.id, {KEPT_COLUMNS_OF_J}, j.final_error,
            jsonb_path_query_array(j.errors || jsonb_build_array(j.final_entry),
            '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1)),
-           'max attempts exceeded', now()
+           'max attempts exceeded', j.final_category, now()
     FROM buried AS j
     RETURNING id
 ),
@@ -339,17 +345,18 @@ TIME_OUT_JOBS = RETRY_JOBS.replace(
 
 FAIL_JOBS = f"""
 -- Dead-letter claimed jobs whose claim is current at once (S15), with the caller's reason
--- verbatim, or a cancel request's that binds the claim (S38: a cancel wins); a pending
--- trigger (S3) is promoted instead.
+-- verbatim and category (%(categories)s), or as 'cancelled' with the reason of a cancel
+-- request that binds the claim (S38: a cancel wins); a pending trigger (S3) is promoted
+-- instead.
 WITH target AS (
-    SELECT j.id, t.error,
+    SELECT j.id, t.error, t.category,
            jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', t.error,
                               'traceback', t.traceback, 'exception', t.exception,
                               'worker_id', j.worker_id) AS entry,
            j.rerun_payload IS NOT NULL AS has_rerun
     FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::text[],
-                %(tracebacks)s::text[], %(exceptions)s::text[])
-         AS t(id, token, error, traceback, exception)
+                %(tracebacks)s::text[], %(exceptions)s::text[], %(categories)s::text[])
+         AS t(id, token, error, traceback, exception, category)
     CROSS JOIN LATERAL (
         SELECT * FROM pgjobs_job AS j
         WHERE j.id = t.id AND {CLAIM_IS_CURRENT}
@@ -369,17 +376,19 @@ promoted AS (
 buried AS (
     DELETE FROM pgjobs_job AS j USING target AS t
     WHERE j.id = t.id AND NOT t.has_rerun
-    RETURNING j.*, t.error AS final_error, t.entry AS final_entry
+    RETURNING j.*, t.error AS final_error, t.entry AS final_entry, t.category AS final_category
 ),
 dead AS (
-    INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, died_at)
+    INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, category,
+                             died_at)
     SELECT j.id, {KEPT_COLUMNS_OF_J}, j.final_error,
            jsonb_path_query_array(j.errors || jsonb_build_array(j.final_entry),
            '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1)),
-           coalesce((SELECT c.reason FROM pgjobs_cancel_request AS c
-                     WHERE c.job_id = j.id AND c.claimed_by = j.claimed_by),
-                    j.final_error), now()
+           coalesce(c.reason, j.final_error),
+           CASE WHEN c.job_id IS NULL THEN j.final_category ELSE 'cancelled' END, now()
     FROM buried AS j
+    -- job_id is the requests' key: one row at most.
+    LEFT JOIN pgjobs_cancel_request AS c ON c.job_id = j.id AND c.claimed_by = j.claimed_by
     RETURNING id
 ),
 answered AS (

@@ -105,3 +105,38 @@ ESTIMATE_DEAD = """
 EXPLAIN (FORMAT JSON)
 SELECT 1 FROM pgjobs_dead WHERE queue = %(queue)s
 """
+
+FILE_DEAD_LETTERS = """
+-- File the dead letters with ids above %(after)s, up to %(limit)s by id, under the
+-- category their reason says (migration 0010), where none is stored yet; one that says
+-- none stays NULL, as do the dependency failures (the category reads them by their
+-- reason). Returns the last id of the batch (NULL: no letter left).
+WITH batch AS (
+    SELECT d.id FROM pgjobs_dead AS d
+    WHERE d.id > %(after)s
+    ORDER BY d.id
+    LIMIT %(limit)s
+),
+filed AS (
+    UPDATE pgjobs_dead AS d
+    SET category = CASE
+        -- Its attempts ran out on workers that had no handler of its kind (S25).
+        WHEN d.reason = 'max attempts exceeded'
+             AND starts_with(d.last_error, 'unknown job kind ''') THEN 'unknown_kind'
+        WHEN d.reason = 'max attempts exceeded' THEN 'max_attempts'
+        WHEN d.reason = 'failed' THEN 'failed'
+        WHEN d.reason = 'expired' THEN 'expired'
+        WHEN d.reason = 'cancelled' THEN 'cancelled'
+        WHEN starts_with(d.reason, 'unknown job kind') THEN 'unknown_kind'
+        WHEN starts_with(d.reason, 'payload does not fit')
+             OR starts_with(d.reason, 'payload is not a JSON object') THEN 'payload'
+        WHEN starts_with(d.reason, 'the outcome could not be stored: ')
+             OR starts_with(d.reason, 'result is not JSON')
+             OR d.reason ~ '^result is [0-9]+ bytes of JSON; '
+             THEN 'unstorable'
+        END
+    FROM batch AS b
+    WHERE d.id = b.id AND d.category IS NULL
+)
+SELECT max(id) FROM batch
+"""

@@ -211,13 +211,15 @@ SELECT (SELECT count(*) FROM buried), (SELECT count(*) FROM held),
 """
 
 CANCEL_JOBS = f"""
--- Move pending or running jobs to the dead table with %(reason)s (requeueable); running
+-- Move pending or running jobs to the dead table with %(reason)s, as 'cancelled'
+-- (requeueable), whatever the reason says; running
 -- handlers are told (S32) and their later writes refused (S10). Returns the jobs moved,
 -- and those whose cancel was recorded as a request (a transaction holds them, S38).
 WITH {_CANCEL_TARGETS},
 dead AS (
-    INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, died_at)
-    SELECT j.id, {KEPT_COLUMNS_OF_J}, j.last_error, j.errors, %(reason)s, now()
+    INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, category,
+                             died_at)
+    SELECT j.id, {KEPT_COLUMNS_OF_J}, j.last_error, j.errors, %(reason)s, 'cancelled', now()
     FROM buried AS j
     RETURNING id
 ),
@@ -272,8 +274,9 @@ buried AS (
     RETURNING j.*
 ),
 dead AS (
-    INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, died_at)
-    SELECT j.id, {KEPT_COLUMNS_OF_J}, j.last_error, j.errors, 'expired', now()
+    INSERT INTO pgjobs_dead (id, {KEPT_COLUMNS}, last_error, errors, reason, category,
+                             died_at)
+    SELECT j.id, {KEPT_COLUMNS_OF_J}, j.last_error, j.errors, 'expired', 'expired', now()
     FROM buried AS j
     RETURNING id
 ),
