@@ -23,6 +23,8 @@ logger = logging.getLogger("django_pgjobs.worker")
 HEARTBEAT_FRACTION = 1 / 3
 #: A job's progress reports are stored at most this often, by the heartbeats.
 PROGRESS_INTERVAL_S = 1.0
+#: What the background heartbeat says of a claim whose job row is gone (S38).
+GONE = "gone"
 #: How often the loop looks for reports to store and for handlers past their timeout.
 LOOK_INTERVAL_S = 0.1
 
@@ -228,6 +230,13 @@ class Leases:
             return
         self.faults.recovered()
         for handle, reason in beats.gone:
+            if reason == GONE:
+                held = self._running.get(handle.token)
+                if held is None or now >= held.lease_ends:
+                    # Its lease may have lapsed, and a newer claim ended the job: this
+                    # run is lost, not cancelled (its later writes are refused, S16).
+                    continue
+                reason = "cancelled"  # deleted while its claim held: by cancel(), say
             if handle.control.cancel(reason):
                 logger.info(
                     "job id=%s kind=%s is gone (%s): its handler is told to stop",
