@@ -112,9 +112,10 @@ class WorkerAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-ar
         )
         more_n = obj.running - len(ids)
         more = f" and {more_n} more" if more_n > 0 else ""
+        hung = f"; {obj.abandoned} abandoned at their timeout still run" if obj.abandoned else ""
         if not ids:
-            return format_html("{} of {}", obj.running, obj.concurrency)
-        return format_html("{} of {}: {}{}", obj.running, obj.concurrency, links, more)
+            return format_html("{} of {}{}", obj.running, obj.concurrency, hung)
+        return format_html("{} of {}: {}{}{}", obj.running, obj.concurrency, links, more, hung)
 
     @admin.display(description="last seen", ordering="-last_seen_at")
     def seen(self, obj: Worker) -> str:

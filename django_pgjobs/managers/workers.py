@@ -32,6 +32,7 @@ class WorkerManager(models.Manager["Worker"]):
         running: int,
         succeeded: int,
         failed: int,
+        abandoned: int = 0,
         using: str | None = None,
     ) -> None:
         """Register the worker or refresh its row (last seen: the database's now())."""
@@ -46,6 +47,7 @@ class WorkerManager(models.Manager["Worker"]):
             "running": running,
             "succeeded": succeeded,
             "failed": failed,
+            "abandoned": abandoned,
         }
         db.rowcount(sql.HEARTBEAT_WORKER, params, using)
 

@@ -562,6 +562,13 @@ class Worker(models.Model):
     failed = models.IntegerField(
         db_default=0, help_text="Attempts failed (retried or dead-lettered) since it started."
     )
+    abandoned = models.IntegerField(
+        db_default=0,
+        help_text=(
+            "Handlers abandoned at their timeout whose threads still run (S39): at its "
+            "concurrency, it claims no more jobs for its threads."
+        ),
+    )
 
     objects: ClassVar[managers.WorkerManager] = managers.WorkerManager()
 

@@ -163,6 +163,7 @@ class RegistryService(BackgroundService):
                 running=stats.in_flight,
                 succeeded=stats.succeeded,
                 failed=stats.retried + stats.dead,
+                abandoned=stats.abandoned,
                 using=self.using,
             )
         return self.interval

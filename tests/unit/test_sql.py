@@ -191,6 +191,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "running": 0,
         "succeeded": 0,
         "failed": 0,
+        "abandoned": 0,
     },
     "STOP_WORKER": {"id": "host:1:abc", "succeeded": 1, "failed": 0},
     "LIST_WORKERS": {},

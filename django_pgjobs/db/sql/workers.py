@@ -5,15 +5,16 @@ from __future__ import annotations
 HEARTBEAT_WORKER = """
 -- Register a worker, or refresh its row: last seen now (database clock), its counters.
 INSERT INTO pgjobs_worker AS w (id, host, pid, queues, concurrency, version, heartbeat_s,
-                                running, succeeded, failed)
+                                running, succeeded, failed, abandoned)
 VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, %(version)s,
-        %(heartbeat_s)s, %(running)s, %(succeeded)s, %(failed)s)
+        %(heartbeat_s)s, %(running)s, %(succeeded)s, %(failed)s, %(abandoned)s)
 ON CONFLICT (id) DO UPDATE SET
     last_seen_at = now(),
     stopped_at = NULL,
     running = excluded.running,
     succeeded = excluded.succeeded,
-    failed = excluded.failed
+    failed = excluded.failed,
+    abandoned = excluded.abandoned
 """
 
 STOP_WORKER = """
