@@ -422,3 +422,17 @@ def atomic_connection_lost(ctx: JobHandle) -> None:
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+@job(
+    name="tests.async_tenant",
+    queue="mixed",
+    concurrency_key=lambda payload: f"async:{payload['tenant']}",
+    concurrency=1,
+)
+async def async_tenant(ctx: JobHandle, tenant: str) -> None:
+    """An async job with a concurrency key (S34): claimed into the event loop's places."""
+    from asgiref.sync import sync_to_async
+
+    await asyncio.sleep(0.05)
+    await sync_to_async(_note)(ctx, f"{tenant} async")

@@ -11,24 +11,31 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import transaction
 
 from django_pgjobs.claims import ClaimWriter, JobHandle
+from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
-from django_pgjobs.managers.queues import forget_limits
+from django_pgjobs.managers.queues import forget_limits, limited_queues
+
+if TYPE_CHECKING:
+    from django_pgjobs.managers.jobs import JobManager
 
 
 class Kinds(NamedTuple):
     """The kinds a claim takes: of `only` (None: any) and not of `other_than` (None: none)."""
 
-    only: list[str] | None = None
-    other_than: list[str] | None = None
+    only: tuple[str, ...] | None = None
+    other_than: tuple[str, ...] | None = None
 
     def params(self) -> dict[str, list[str] | None]:
-        return {"only_kinds": self.only, "not_kinds": self.other_than}
+        return {
+            "only_kinds": None if self.only is None else list(self.only),
+            "not_kinds": None if self.other_than is None else list(self.other_than),
+        }
 
 
 #: A claim of any kind.
@@ -44,6 +51,53 @@ class Claimed(NamedTuple):
     lapsed_waiting: bool
     due_known: bool = False
     due_in: float | None = None
+
+
+def claim_for_worker(
+    jobs: JobManager,
+    names: list[str],
+    n: int,
+    worker_id: str,
+    alias: str,
+    places: int,
+    loop_kinds: list[str],
+) -> tuple[list[JobHandle], tuple[bool, float | None]]:
+    """JobManager.claim_for_worker: up to `n` jobs, of kinds other than `loop_kinds`
+    for a worker's threads, and up to `places` of `loop_kinds` for its event loop (each
+    into capacity of its own kind); with what was learnt of the next due job."""
+    if not loop_kinds:
+        return _claim_handles(jobs, names, n + places, worker_id, alias, ANY_KIND)
+    threads = _claim_handles(jobs, names, n, worker_id, alias, Kinds(other_than=tuple(loop_kinds)))
+    loop = _claim_handles(jobs, names, places, worker_id, alias, Kinds(only=tuple(loop_kinds)))
+    handles = sorted(threads[0] + loop[0], key=_claim_order)
+    asked = [part for part, wanted in ((threads, n), (loop, places)) if wanted > 0]
+    if not all(part[1][0] for part in asked):
+        return handles, (False, None)
+    dues = [part[1][1] for part in asked if part[1][1] is not None]
+    return handles, (True, min(dues) if dues else None)
+
+
+def _claim_handles(
+    jobs: JobManager, names: list[str], n: int, worker_id: str, alias: str, kinds: Kinds
+) -> tuple[list[JobHandle], tuple[bool, float | None]]:
+    if n <= 0:
+        return [], (False, None)
+    limited = sorted(limited_queues(alias).intersection(names))
+    found = claim(names, limited, n, worker_id, alias, kinds)
+    handles = handles_of(found.rows, alias, jobs)
+    if found.lapsed_waiting:
+        # Rare: a claim lapsed in these queues (its worker died). Put it back in line
+        # (or bury it), then fill what this claim has left.
+        jobs.rescue_lapsed(names, pgjobs_settings.SWEEP_BATCH, using=alias)
+        if len(handles) < n:
+            found = claim(names, limited, n - len(handles), worker_id, alias, kinds)
+            handles += handles_of(found.rows, alias, jobs)
+    handles.sort(key=_claim_order)
+    return handles, (found.due_known, found.due_in)
+
+
+def _claim_order(handle: JobHandle) -> tuple[int, Any, int]:
+    return (-handle.priority, handle.run_after, handle.id)
 
 
 def claim(
@@ -62,7 +116,7 @@ def claim(
     keyed jobs wait is what the last claim statement said; a claim that finds them
     waiting, unexpected, takes them at once with what it has left.
     """
-    keyed = keyed_claims(alias)
+    keyed = keyed_claims(alias, kinds)
     rows: list[Any] = []
     lapsed_waiting = tried = False
     if keyed.due():
@@ -122,7 +176,7 @@ def _claim_keyed(
     each limited queue up to its own (S37), in rounds of a few keys per queue each: until
     `n` are claimed, a round takes nothing (every key seen is at its limit, or none is
     left), or KEYED_ROUNDS. Fewer than `n` then means the keyed jobs ran dry for now."""
-    keyed = keyed_claims(alias)
+    keyed = keyed_claims(alias, kinds)
     rows: list[Any] = []
     lapsed_waiting = False
     for _ in range(KEYED_ROUNDS):
@@ -142,13 +196,14 @@ def _claim_keyed(
 def _claim_keyed_round(
     queues: list[str], limited: list[str], n: int, worker_id: str, alias: str, kinds: Kinds
 ) -> tuple[list[Any], bool]:
-    keyed = keyed_claims(alias)
+    keyed = keyed_claims(alias, kinds)
     with transaction.atomic(using=alias):
         db.fetchall(sql.PLAN_KEYED_CLAIM, {}, alias)
-        params = {
+        params: dict[str, Any] = {
             "queues": queues,
             "afters": [keyed.after.get(queue, "") for queue in queues],
             "keys": min(KEYS_PER_CLAIM, n),
+            **kinds.params(),
         }
         ((pair_queues, pair_keys, last_seen, more_keys),) = db.fetchall(
             sql.LOCK_KEYS, params, alias
@@ -218,7 +273,7 @@ def _claim_unkeyed(
                 rows = db.fetchall(sql.CLAIM_LIMITED_JOBS, params, alias)
                 taken += rows
                 lapsed_waiting = bool(rows and rows[0][0])
-                keyed_claims(alias).seen(rows)
+                keyed_claims(alias, kinds).seen(rows)
         if locked != set(limited):  # a limit was lifted since the cache was read
             forget_limits()
     rest = [queue for queue in queues if queue not in locked]
@@ -235,7 +290,7 @@ def _claim_unkeyed(
     rows = db.fetchall(sql.claim_jobs(n - claimed(taken)), params, alias)
     taken += rows
     lapsed_waiting = lapsed_waiting or bool(rows and rows[0][0])
-    keyed_claims(alias).seen(rows)
+    keyed_claims(alias, kinds).seen(rows)
     due = rows[0][-1] if rows else None  # NULL: full, or not asked
     if due is None:
         return Claimed(taken, lapsed_waiting)
@@ -299,11 +354,22 @@ class KeyedClaims:
         self._backoff_s = self._due_at = 0.0
 
 
-_keyed: dict[str, KeyedClaims] = {}
+_keyed: dict[tuple[str, Kinds], KeyedClaims] = {}
 
 
-def keyed_claims(alias: str) -> KeyedClaims:
-    claims = _keyed.get(alias)
+def keyed_claims(alias: str, kinds: Kinds = ANY_KIND) -> KeyedClaims:
+    """What this process knows of the keyed jobs of database `alias`, for claims of
+    `kinds`: a worker's threads and its event loop each keep their own cursor and
+    backoff, so that keys of one kind never hold back claims of the other."""
+    key = (alias, kinds)
+    claims = _keyed.get(key)
     if claims is None:
-        claims = _keyed[alias] = KeyedClaims()
+        claims = _keyed[key] = KeyedClaims()
     return claims
+
+
+def keyed_freed(alias: str) -> None:
+    """A keyed job of database `alias` finished here: its key may take another now."""
+    for (of_alias, _), claims in list(_keyed.items()):
+        if of_alias == alias:
+            claims.freed()

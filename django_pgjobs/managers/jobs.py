@@ -21,7 +21,6 @@ from django_pgjobs.dependencies import Edge
 from django_pgjobs.exceptions import Cancelled
 from django_pgjobs.managers import batches, claiming, workflows
 from django_pgjobs.managers import enqueue as enqueueing
-from django_pgjobs.managers.queues import limited_queues
 from django_pgjobs.managers.reads import JobReads
 from django_pgjobs.options import UNSET
 from django_pgjobs.payloads import ERROR_TEXT_MAX_CHARS, encode_result, storable_text
@@ -166,39 +165,9 @@ class JobManager(JobReads):
         worker_id = options.validate_worker_id(worker_id)
         names = options.validate_queue_names(queues)
         places = options.validate_claim_size(places)
-        alias = db.alias(using)
-        if not loop_kinds:
-            return self._claim_of_kinds(names, n + places, worker_id, alias, claiming.ANY_KIND)
-        kinds = sorted(loop_kinds)
-        threads = self._claim_of_kinds(names, n, worker_id, alias, claiming.Kinds(other_than=kinds))
-        loop = self._claim_of_kinds(names, places, worker_id, alias, claiming.Kinds(only=kinds))
-        handles = sorted(
-            threads[0] + loop[0],
-            key=lambda handle: (-handle.priority, handle.run_after, handle.id),
+        return claiming.claim_for_worker(
+            self, names, n, worker_id, db.alias(using), places, sorted(loop_kinds)
         )
-        asked = [part for part, wanted in ((threads, n), (loop, places)) if wanted > 0]
-        if not all(part[1][0] for part in asked):
-            return handles, (False, None)
-        dues = [part[1][1] for part in asked if part[1][1] is not None]
-        return handles, (True, min(dues) if dues else None)
-
-    def _claim_of_kinds(
-        self, names: list[str], n: int, worker_id: str, alias: str, kinds: claiming.Kinds
-    ) -> tuple[list[JobHandle], tuple[bool, float | None]]:
-        if n <= 0:
-            return [], (False, None)
-        limited = sorted(limited_queues(alias).intersection(names))
-        found = claiming.claim(names, limited, n, worker_id, alias, kinds)
-        handles = claiming.handles_of(found.rows, alias, self)
-        if found.lapsed_waiting:
-            # Rare: a claim lapsed in these queues (its worker died). Put it back in line
-            # (or bury it), then fill what this claim has left.
-            self.rescue_lapsed(names, pgjobs_settings.SWEEP_BATCH, using=alias)
-            if len(handles) < n:
-                found = claiming.claim(names, limited, n - len(handles), worker_id, alias, kinds)
-                handles += claiming.handles_of(found.rows, alias, self)
-        handles.sort(key=lambda handle: (-handle.priority, handle.run_after, handle.id))
-        return handles, (found.due_known, found.due_in)
 
     def rescue_lapsed(
         self, queues: Sequence[str] | None, limit: int, *, using: str | None = None
@@ -601,7 +570,7 @@ def _mark_finished(
 
     def mark() -> None:
         if any(handle.keyed for handle in handles):
-            claiming.keyed_claims(handles[0].using).freed()
+            claiming.keyed_freed(handles[0].using)
         for index, handle in enumerate(handles):
             handle.finished = True
             if ended is not None:

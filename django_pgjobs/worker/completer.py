@@ -105,9 +105,12 @@ class Completer:
         else:
             self._count_recorded(outcome)
 
-    def flush(self) -> bool:
-        """Record every buffered outcome; False when an outage left some buffered."""
-        self.aside.put_back(time.monotonic())
+    def flush(self, *, last: bool = False) -> bool:
+        """Record every buffered outcome; False when an outage left some buffered. The
+        outcomes set aside are tried again, each alone, once due (`last`: now, at a stop)."""
+        for record, entry in self.aside.take_due(time.monotonic(), force=last):
+            if not self._record_one_by_one([entry], record):
+                return False
         if not self._buffered:
             return True
         batches: tuple[tuple[list[Any], Callable[[list[Any]], None]], ...] = (
@@ -132,7 +135,7 @@ class Completer:
         except Exception as error:
             if is_lock_timeout(error):
                 if len(buffer) == 1:  # no need to wait for it twice
-                    self.aside.hold(buffer, buffer.pop())
+                    self.aside.hold(record, buffer.pop())
                     return True
                 return self._record_one_by_one(buffer, record)
             if is_outage(error):
@@ -158,7 +161,7 @@ class Completer:
                 record(buffer[:1])
             except Exception as refused:
                 if is_lock_timeout(refused):
-                    self.aside.hold(buffer, buffer[0])
+                    self.aside.hold(record, buffer[0])
                     del buffer[0]
                     continue
                 if is_outage(refused):
@@ -261,15 +264,15 @@ class Completer:
 
 class SetAside:
     """Outcomes whose job's row a transaction held past the lock wait (S39), each with
-    the buffer it goes back to: their claims are kept (`keep`: heartbeaten) until they
-    are recorded (`let_go`), and they are tried again after a backoff."""
+    the function that records it: their claims are kept (`keep`: heartbeaten) until they
+    are recorded (`let_go`), and they are tried again, each alone, after a backoff."""
 
     def __init__(
         self, keep: Callable[[JobHandle], None], let_go: Callable[[JobHandle], None]
     ) -> None:
         self._keep = keep
         self._let_go = let_go
-        self._held: list[tuple[list[Any], Any]] = []
+        self._held: list[tuple[Callable[[list[Any]], None], Any]] = []
         self._backoff_s = 0.0
         #: When the outcomes set aside are tried again (monotonic; None: none held).
         self.retry_at: float | None = None
@@ -281,10 +284,10 @@ class SetAside:
     def due(self, now: float) -> bool:
         return self.retry_at is not None and now >= self.retry_at
 
-    def hold(self, buffer: list[Any], entry: Any) -> None:
+    def hold(self, record: Callable[[list[Any]], None], entry: Any) -> None:
         """Try `entry` again later: a transaction holds its job's row."""
         handle = entry[0]
-        self._held.append((buffer, entry))
+        self._held.append((record, entry))
         self._keep(handle)
         self._backoff_s = min(HELD_RETRY_MAX_S, max(HELD_RETRY_MIN_S, self._backoff_s * 2))
         self.retry_at = time.monotonic() + self._backoff_s
@@ -296,14 +299,15 @@ class SetAside:
             self._backoff_s,
         )
 
-    def put_back(self, now: float) -> None:
-        """Once due, put the outcomes set aside back in their buffers, to be tried."""
-        if not self.due(now):
-            return
-        for buffer, entry in self._held:
-            buffer.append(entry)
-        self._held.clear()
+    def take_due(
+        self, now: float, *, force: bool = False
+    ) -> list[tuple[Callable[[list[Any]], None], Any]]:
+        """The outcomes set aside, to be tried again, once due (`force`: now)."""
+        if not self._held or not (force or self.due(now)):
+            return []
+        taken, self._held = self._held, []
         self.retry_at = None
+        return taken
 
     def recorded(self, handles: list[JobHandle]) -> None:
         """These outcomes are recorded: their claims are no longer kept."""

@@ -230,6 +230,10 @@ class Executor:
                 # Its failure was reported; recording it failed with the transaction:
                 # the worker records it outside (a claim no longer current is refused).
                 return reported
+            if timeout_s is not None and sqlstate(error) == QUERY_CANCELED:
+                # The worker cut the transaction's last statements at the deadline.
+                failure = Failure.from_exception(error, text=timed_out_error(timeout_s))
+                return self._retry(handle, failure, None, started)
             if is_outage(error):
                 # The connection broke, say: nothing of this run stands, and the claim
                 # comes back after its lease.

@@ -372,6 +372,8 @@ class Worker:
                 if not len(self.leases) and not self.completer.unflushed:
                     return
                 if stopping.deadline is not None and now >= stopping.deadline:
+                    # A last try of the outcomes whose rows were held (S39), then the rest.
+                    self._contained("record outcomes", self._last_flush)
                     self._contained("hand back running jobs", self._release_running)
                     return
             elif self._exhausted():
@@ -491,6 +493,9 @@ class Worker:
         if self.completer.flush():
             # A completion may have promoted a key's trigger or scheduled an immediate retry.
             self.pacing.look_again()
+
+    def _last_flush(self) -> None:
+        self.completer.flush(last=True)
 
     def _release_waiting(self) -> None:
         """At a stop request, hand back the prefetched jobs no thread has started (S25):

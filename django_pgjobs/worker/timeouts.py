@@ -60,6 +60,9 @@ class Timeouts:
                 continue
             if not self.pool.abandon(running):
                 continue  # it finished just now: its outcome stands
+            pid = running.handle.control.backend_pid
+            if running.atomic and pid is not None:
+                self.jobs.end_backend(pid, using=self.using)
             self.leases.time_out(running)
             handle = running.handle
             failure = Failure(timed_out_error(handle.timeout_s or 0.0))
@@ -90,8 +93,6 @@ class Timeouts:
                     )
                 running.cut = True
             return True
-        if pid is not None:
-            self.jobs.end_backend(pid, using=self.using)
         return False
 
     def held_back(self) -> bool:

@@ -69,3 +69,14 @@ def test_s20_s26_sync_jobs_are_never_claimed_into_the_event_loops_places(listen:
         wait_until(drained, timeout=20, interval=0.01)
     assert max((n for sample in samples for _, n in sample), default=0) <= 1
     assert len({worker for (worker,) in execute("SELECT DISTINCT worker FROM tests_note")}) == 2
+
+
+def test_s20_s34_async_keyed_jobs_run_while_the_threads_are_free() -> None:
+    """Keyed async jobs on a worker whose threads have room: the threads' claim must not
+    take (and back off on) the keys whose jobs only the event loop may run."""
+    Job.objects.enqueue_many(
+        [{"kind": "tests.async_tenant", "payload": {"tenant": f"t{n % 4}"}} for n in range(12)]
+    )
+    with running_worker(queues=["mixed"], concurrency=2, async_concurrency=4, poll_interval=2.0):
+        wait_until(lambda: count("pgjobs_job") == 0, timeout=8)
+    assert count("tests_note") == 12

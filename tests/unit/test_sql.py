@@ -132,7 +132,13 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "errors_kept": 10,
         **WAKE,
     },
-    "LOCK_KEYS": {"queues": ["default", "other"], "keys": 64, "afters": ["", "k"]},
+    "LOCK_KEYS": {
+        "queues": ["default", "other"],
+        "keys": 64,
+        "afters": ["", "k"],
+        "only_kinds": None,
+        "not_kinds": ["tests.async_sleep"],
+    },
     "CLAIM_KEYED_JOBS": {
         "synchronous_commit": None,
         "queues": ["default"],

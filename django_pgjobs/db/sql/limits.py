@@ -42,10 +42,12 @@ seen AS (
     SELECT f.queue, f.limit_key FROM found AS f WHERE f.limit_key IS NOT NULL
 ),
 runnable AS (
-    -- The key's next job in claim order (the keyed index's), if one can run now.
+    -- The key's next job in claim order (the keyed index's) of the kinds this claim
+    -- takes (OF_KINDS), if one can run now.
     SELECT s.queue, s.limit_key FROM seen AS s
     WHERE (SELECT j.id FROM pgjobs_job AS j
            WHERE j.queue = s.queue AND j.limit_key = s.limit_key AND {CLAIMABLE}
+             AND {OF_KINDS}
            ORDER BY j.priority DESC, j.run_after, j.id
            LIMIT 1) IS NOT NULL
     OFFSET 0
@@ -124,6 +126,12 @@ offered AS (
     ) AS t
     WHERE NOT EXISTS (SELECT 1 FROM queue_allowance AS q
                       WHERE q.name = p.queue AND q.free <= 0)
+      -- A queue paused, or limited since the caller's list of limited queues was read
+      -- (its turn not taken here), is not offered: never more than its limit (S37).
+      AND NOT EXISTS (SELECT 1 FROM pgjobs_queue AS c
+                      WHERE c.name = p.queue
+                        AND (c.paused OR ((c.max_running IS NOT NULL OR c.rate_limit IS NOT NULL)
+                                          AND NOT c.name = ANY(%(limited)s::text[]))))
 ),
 within_keys AS (
     -- A key in two queues is offered from each: its allowance holds over both.
