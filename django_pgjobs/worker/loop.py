@@ -421,7 +421,7 @@ class Worker:
         pacing = self.pacing
         pacing.tick(now)
         threads = pacing.claim_size(self._free_slots())
-        free = self._claimable(threads + self._free_places())
+        free = self._claimable(threads + pacing.loop_places(self._free_places(), now))
         # Each kind into capacity of its own: async jobs into the event loop's places,
         # the others into the threads (a max_jobs bound takes from the places first).
         threads = min(threads, free)
@@ -443,6 +443,8 @@ class Worker:
             self.faults.failed("claim", error)
             return
         self.faults.recovered()
+        on_loop = sum(1 for handle in handles if handle.kind in self.pool.loop_kinds)
+        pacing.claimed((threads, len(handles) - on_loop), (places, on_loop), time.monotonic())
         self._hand_out(handles)
         if len(handles) < free:
             # The queues ran dry: sleep until the next scheduled job, as the claim said
@@ -553,7 +555,7 @@ class Worker:
 
     def _wait(self, timeout: float) -> None:
         if self.wakeup.wait(timeout, self.options.queues):
-            self.pacing.look_again()
+            self.pacing.heard()
         for job_id, token in self.wakeup.take_cancels():
             if self.leases.cancel(job_id, token, "cancelled"):
                 logger.info("job id=%s was cancelled: its handler is told to stop", job_id)

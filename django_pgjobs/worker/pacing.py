@@ -12,6 +12,12 @@ from __future__ import annotations
 #: The longest a job claimed ahead (prefetched) should wait for a free thread, judged by
 #: the recent run time of this worker's jobs.
 PREFETCH_WAIT_S = 0.05
+#: While the threads' claims come back full, a claim for the event loop's places that
+#: found none waits this long before the next one, doubled each time up to
+#: LOOP_BACKOFF_MAX_S: a worker with async kinds registered but a sync backlog claims
+#: once per claim, not twice. A notification, a poll or a short claim makes it due.
+LOOP_BACKOFF_MIN_S = 0.05
+LOOP_BACKOFF_MAX_S = 1.0
 #: Weight of the latest run in the worker's mean run time.
 RUN_TIME_WEIGHT = 0.2
 
@@ -30,16 +36,25 @@ class Pacing:
         self.next_due: float | None = None
         #: Mean run time of this worker's jobs (None: none ran yet), for prefetching.
         self.mean_run_s: float | None = None
+        #: When a claim for the event loop's places is next due, and its backoff.
+        self._loop_due_at = 0.0
+        self._loop_backoff_s = 0.0
 
     def look_again(self) -> None:
         """Claim as soon as the loop may (after a failure, a notification, a completion)."""
         self.maybe_more = True
+
+    def heard(self) -> None:
+        """A notification came: jobs of any kind may wait, async ones too."""
+        self.maybe_more = True
+        self._loop_due_at = 0.0
 
     def tick(self, now: float) -> None:
         """Look for work when the poll interval or the next due job says so."""
         if now >= self.next_poll:
             self.maybe_more = True
             self.next_poll = now + self.poll_interval
+            self._loop_due_at = 0.0
         if self.next_due is not None and now >= self.next_due:
             self.maybe_more = True
             self.next_due = None
@@ -48,6 +63,22 @@ class Pacing:
         """The queues ran dry: look again when the next job is due (`due_in` seconds)."""
         self.maybe_more = False
         self.next_due = None if due_in is None else now + due_in
+
+    def loop_places(self, free: int, now: float) -> int:
+        """How many of the event loop's `free` places the next claim asks for: all, unless
+        the last such claim found none and its backoff runs."""
+        return free if now >= self._loop_due_at else 0
+
+    def claimed(self, threads: tuple[int, int], places: tuple[int, int], now: float) -> None:
+        """A claim asked for and took (threads asked, taken) and (places asked, taken)."""
+        (asked, taken), (places_asked, places_taken) = threads, places
+        if taken < asked or places_taken:
+            self._loop_due_at, self._loop_backoff_s = 0.0, 0.0
+        elif places_asked:
+            self._loop_backoff_s = min(
+                LOOP_BACKOFF_MAX_S, max(LOOP_BACKOFF_MIN_S, self._loop_backoff_s * 2)
+            )
+            self._loop_due_at = now + self._loop_backoff_s
 
     def ran(self, duration: float) -> None:
         """A job ran for `duration` seconds."""
