@@ -555,7 +555,7 @@ class Worker:
 
     def _wait(self, timeout: float) -> None:
         if self.wakeup.wait(timeout, self.options.queues):
-            self.pacing.heard()
+            self.pacing.look_again()
         for job_id, token in self.wakeup.take_cancels():
             if self.leases.cancel(job_id, token, "cancelled"):
                 logger.info("job id=%s was cancelled: its handler is told to stop", job_id)

@@ -12,10 +12,10 @@ from __future__ import annotations
 #: The longest a job claimed ahead (prefetched) should wait for a free thread, judged by
 #: the recent run time of this worker's jobs.
 PREFETCH_WAIT_S = 0.05
-#: While the threads' claims come back full, a claim for the event loop's places that
-#: found none waits this long before the next one, doubled each time up to
-#: LOOP_BACKOFF_MAX_S: a worker with async kinds registered but a sync backlog claims
-#: once per claim, not twice. A notification, a poll or a short claim makes it due.
+#: While the threads' claims bring jobs, a claim for the event loop's places that found
+#: none waits this long before the next one, doubled each time up to LOOP_BACKOFF_MAX_S:
+#: a worker with async kinds registered but sync jobs to run claims once per turn, not
+#: twice. A poll, or a claim for the threads that found none, makes it due at once.
 LOOP_BACKOFF_MIN_S = 0.05
 LOOP_BACKOFF_MAX_S = 1.0
 #: Weight of the latest run in the worker's mean run time.
@@ -44,11 +44,6 @@ class Pacing:
         """Claim as soon as the loop may (after a failure, a notification, a completion)."""
         self.maybe_more = True
 
-    def heard(self) -> None:
-        """A notification came: jobs of any kind may wait, async ones too."""
-        self.maybe_more = True
-        self._loop_due_at = 0.0
-
     def tick(self, now: float) -> None:
         """Look for work when the poll interval or the next due job says so."""
         if now >= self.next_poll:
@@ -72,7 +67,7 @@ class Pacing:
     def claimed(self, threads: tuple[int, int], places: tuple[int, int], now: float) -> None:
         """A claim asked for and took (threads asked, taken) and (places asked, taken)."""
         (asked, taken), (places_asked, places_taken) = threads, places
-        if taken < asked or places_taken:
+        if (asked and not taken) or places_taken:
             self._loop_due_at, self._loop_backoff_s = 0.0, 0.0
         elif places_asked:
             self._loop_backoff_s = min(
