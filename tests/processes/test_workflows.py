@@ -56,7 +56,11 @@ def test_s31_kill_9_of_the_worker_ending_the_last_member_still_fires_the_callbac
         lambda: count("tests_note", "text = 'start'") == 1 and count("tests_note") == 2,
         what="the first member done and the last one started",
     )
-    assert row(callback.id, "state", "parents_left") == ("waiting", 1)
+    # The first member's note commits before its ack does: wait for the ack's effect.
+    wait_for(
+        lambda: row(callback.id, "state", "parents_left") == ("waiting", 1),
+        what="the first member's end recorded on the callback",
+    )
     doomed.signal(signal.SIGKILL)
     doomed.wait(10)
     rescuer = workers.start("--concurrency", "2", "--poll-interval", "0.5")
