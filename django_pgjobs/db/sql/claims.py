@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 
 from django_pgjobs.db.sql.fragments import (
+    CANCELS_ANSWERED,
     CANCELS_REQUESTED,
     CLAIM_IS_CURRENT,
     CLAIM_PICKED,
@@ -185,9 +186,7 @@ dead AS (
     FROM buried AS j
     RETURNING id
 ),
-answered AS (
-    DELETE FROM pgjobs_cancel_request AS c USING buried AS b WHERE c.job_id = b.id
-),
+{CANCELS_ANSWERED},
 promoted AS (
     UPDATE pgjobs_job AS j
     SET {PROMOTE_RERUN},
@@ -391,10 +390,7 @@ dead AS (
     LEFT JOIN pgjobs_cancel_request AS c ON c.job_id = j.id AND c.claimed_by = j.claimed_by
     RETURNING id
 ),
-answered AS (
-    -- The cancel requests these ends answer (S38).
-    DELETE FROM pgjobs_cancel_request AS c USING buried AS b WHERE c.job_id = b.id
-),
+{CANCELS_ANSWERED},
 woke AS (
     SELECT pg_notify(%(channel)s, p.queue)
     FROM (SELECT DISTINCT queue FROM promoted WHERE %(notify)s AND run_after <= now()) AS p

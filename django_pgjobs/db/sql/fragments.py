@@ -22,6 +22,12 @@ NOT_CANCEL_REQUESTED = (
     " WHERE c.job_id = j.id AND c.claimed_by = j.claimed_by)"
 )
 
+#: S38 for a statement whose `buried` CTE returns the rows it dead-lettered: the cancel
+#: requests those ends answer are deleted with them.
+CANCELS_ANSWERED = """answered AS (
+    DELETE FROM pgjobs_cancel_request AS c USING buried AS b WHERE c.job_id = b.id
+)"""
+
 #: The cancel requests (S38) binding the claims %(ids)s/%(tokens)s, as a JSON object of
 #: reasons by job id ({} when none: one probe of an empty table, as a rule).
 CANCELS_REQUESTED = """(SELECT coalesce(jsonb_object_agg(c.job_id, c.reason), '{}')
