@@ -131,12 +131,18 @@ class TestS37ClaimsAreStampedWhenTheirSlotIsTaken:
             holder.execute("SELECT 1 FROM pgjobs_queue WHERE name = 'rq' FOR UPDATE")
             releaser = threading.Timer(1.3, holder.rollback)
             releaser.start()
-            taken = run_threads(1, lambda _: len(Job.objects.claim_batch("rq", 1, "late")))
+            began = execute("SELECT clock_timestamp()")[0][0]
+            (taken,) = run_threads(1, lambda _: Job.objects.claim_batch("rq", 1, "late"))
             releaser.join()
-        assert taken == [1]
+        assert len(taken) == 1
         assert Job.objects.claim_batch("rq", 1, "next") == []
         stamps = [at for (at,) in execute("SELECT at FROM pgjobs_rate_claim ORDER BY at")]
         assert len(stamps) == 1
+        # The job's own stamp is the rate's: the claim's lease and claimed_at start when
+        # the turn was had, not when its transaction began to wait (1.3 s before).
+        assert taken[0].claimed_at == stamps[0]
+        assert taken[0].claimed_at - began >= timedelta(seconds=1.2)
+        assert taken[0].claimed_until - taken[0].claimed_at == timedelta(seconds=taken[0].lease_s)
 
 
 class TestS37RatedQueuesWakeWhenASlotOpens:

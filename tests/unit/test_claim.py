@@ -4,6 +4,7 @@ crash recovery (S9). Claimers racing each other: concurrency/test_claim.py."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -195,7 +196,10 @@ class TestS9Recovery:
     def test_s9_lease_is_stamped_from_the_row(self) -> None:
         job_id = Job.objects.enqueue("demo.t", lease=7).id
         Job.objects.claim_one("default", "w1")
-        assert 6 < seconds_from_now("claimed_until", job_id) <= 7
+        # From the claim's moment (its statement's start: in this test's transaction,
+        # a little after now()), for the row's own lease.
+        assert row(job_id, "claimed_until - claimed_at") == (timedelta(seconds=7),)
+        assert 6 < seconds_from_now("claimed_until", job_id) < 8
         assert count("pgjobs_dead") == 0
 
 

@@ -190,14 +190,17 @@ NEXT_DUE_SECONDS = """extract(epoch FROM least(
 #: cover part of the worker's queues only). An empty claim still returns one row, for
 #: the flags.
 CLAIM_PICKED = f"""claimed AS (
-    -- Claim the rows of `picked` (S8).
+    -- Claim the rows of `picked` (S8), stamped with this statement's start: a claim
+    -- that waited for its queue's or key's turn (a transaction of two statements) is
+    -- stamped when it had it, the moment its rate counts (S37), not when it began to
+    -- wait. A claim of one statement starts with its transaction: the same moment.
     UPDATE pgjobs_job AS j
     SET state = 'running',
         attempts = j.attempts + 1,
         claimed_by = gen_random_uuid(),
-        claimed_at = now(),
-        started_at = coalesce(j.started_at, now()),
-        claimed_until = now() + make_interval(secs => j.lease_s),
+        claimed_at = statement_timestamp(),
+        started_at = coalesce(j.started_at, statement_timestamp()),
+        claimed_until = statement_timestamp() + make_interval(secs => j.lease_s),
         worker_id = %(worker_id)s
     FROM picked AS p
     WHERE j.id = p.id
