@@ -122,7 +122,8 @@ class ChaosExecutionManager(models.Manager["ChaosExecution"]):
     def terminate_connections(
         self, application_name: str, *, limit: int, using: str | None = None
     ) -> int:
-        """Drop up to `limit` server connections of `application_name`; return how many."""
+        """Drop up to `limit` server connections of `application_name` to this database;
+        return how many."""
         params = {"application_name": application_name, "limit": limit}
         [(count,)] = db.fetchall(sql.TERMINATE_BACKENDS, params, using)
         return int(count)

@@ -64,11 +64,13 @@ SELECT clock_timestamp()
 """
 
 TERMINATE_BACKENDS = """
--- Drop up to %(limit)s connections of one application at once (manage.py chaosjobs).
+-- Drop up to %(limit)s connections of one application at once (manage.py chaosjobs), in
+-- this database only: a run never reaches the clients of another database of the server.
 SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
 FROM (
     SELECT pid FROM pg_stat_activity
-    WHERE application_name = %(application_name)s AND pid <> pg_backend_pid()
+    WHERE application_name = %(application_name)s AND datname = current_database()
+      AND pid <> pg_backend_pid()
     ORDER BY random()
     LIMIT %(limit)s
 ) AS chosen
