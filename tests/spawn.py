@@ -131,7 +131,8 @@ def listening_workers() -> int:
     connects its LISTEN line before its first claim)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND query LIKE %s",
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = %s AND query LIKE %s",
             [WORKER_APPLICATION_NAME, "%LISTEN %"],
         )
         return int(cursor.fetchone()[0])

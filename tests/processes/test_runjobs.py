@@ -144,7 +144,8 @@ def test_a_worker_on_a_read_only_server_backs_off_then_resumes(workers: Workers)
             backends.update(
                 pid
                 for (pid,) in execute(
-                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                    "SELECT pid FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND application_name = %s",
                     [WORKER_APPLICATION_NAME],
                 )
             )
