@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -33,12 +34,24 @@ def django_db_modify_db_settings(
     settings.DATABASES["default"].update(database_settings(postgres_url))
 
 
+@pytest.fixture(params=[True, False], ids=["notify", "poll-only"])
+def notify(request: pytest.FixtureRequest, settings: Any) -> bool:
+    """Run the test twice: with NOTIFY, and without (PGJOBS["NOTIFY"] = False, the
+    PgBouncer setup: no enqueue notifies, workers poll). The `workers` a test starts
+    are set the same way."""
+    if not request.param:
+        settings.PGJOBS = {**settings.PGJOBS, "NOTIFY": False}
+    return bool(request.param)
+
+
 @pytest.fixture
-def workers() -> Iterator[object]:
-    """Start `manage.py runjobs` processes; any left running are killed afterwards."""
+def workers(request: pytest.FixtureRequest) -> Iterator[object]:
+    """Start `manage.py runjobs` processes; any left running are killed afterwards. In
+    a test that takes `notify`, they notify and listen, or not, as it says."""
     from tests.spawn import Workers
 
-    started = Workers()
+    poll_only = "notify" in request.fixturenames and not request.getfixturevalue("notify")
+    started = Workers(extra_env={"PGJOBS_NOTIFY": "0"} if poll_only else None)
     try:
         yield started
     finally:

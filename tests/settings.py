@@ -75,6 +75,9 @@ if os.environ.get("PGJOBS_PREPARE") == "0":
 # Workers the security tests start with a metrics token are given it here.
 if os.environ.get("PGJOBS_METRICS_TOKEN"):
     PGJOBS["METRICS_TOKEN"] = os.environ["PGJOBS_METRICS_TOKEN"]
+# Workers of a test run both ways (the `notify` fixture) are told when it is off.
+if os.environ.get("PGJOBS_NOTIFY") == "0":
+    PGJOBS["NOTIFY"] = False
 if os.environ.get("PGJOBS_LISTEN_DSN"):
     PGJOBS["LISTEN_DSN"] = os.environ["PGJOBS_LISTEN_DSN"]
 LOGGING = {

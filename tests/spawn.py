@@ -113,11 +113,15 @@ class WorkerProcess:
 class Workers:
     """Start runjobs processes; every one still alive is killed at the end of the test."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
         self.started: list[WorkerProcess] = []
+        #: The environment every worker started here gets beside its own.
+        self.extra_env = extra_env or {}
+        #: Whether they listen (PGJOBS_NOTIFY=0: they poll).
+        self.listen = self.extra_env.get("PGJOBS_NOTIFY") != "0"
 
     def start(self, *args: str, extra_env: dict[str, str] | None = None) -> WorkerProcess:
-        process = WorkerProcess(*args, extra_env=extra_env)
+        process = WorkerProcess(*args, extra_env={**self.extra_env, **(extra_env or {})})
         self.started.append(process)
         return process
 
@@ -135,6 +139,16 @@ def listening_workers() -> int:
             " AND application_name = %s AND query LIKE %s",
             [WORKER_APPLICATION_NAME, "%LISTEN %"],
         )
+        return int(cursor.fetchone()[0])
+
+
+def ready_workers(workers: Workers) -> int:
+    """How many worker subprocesses are up: listening, when they listen; otherwise
+    registered (a polling worker registers before its first claim)."""
+    if workers.listen:
+        return listening_workers()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pgjobs_worker WHERE stopped_at IS NULL")
         return int(cursor.fetchone()[0])
 
 

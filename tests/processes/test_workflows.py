@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def test_s29_kill_9_of_the_worker_running_the_last_parent_still_frees_the_child_once(
-    workers: Workers,
+    workers: Workers, notify: bool
 ) -> None:
     first = jobs.record.enqueue(label="first")
     last = jobs.slow_first.using(lease=2).enqueue(seconds=60)
@@ -45,7 +45,7 @@ def test_s29_kill_9_of_the_worker_running_the_last_parent_still_frees_the_child_
 
 
 def test_s31_kill_9_of_the_worker_ending_the_last_member_still_fires_the_callback_once(
-    workers: Workers,
+    workers: Workers, notify: bool
 ) -> None:
     with batch(on_complete=Callback("tests.batch_report", label="complete")) as b:
         b.add("tests.record", label="first")
