@@ -222,19 +222,24 @@ class Leases:
         for running in due:
             self._reported.discard(running.handle.token)
         progress = [running.handle.control.take_report() for running in due]
+        # Read the clock here, not trust `now`: a process stopped since its loop read it
+        # (SIGSTOP, a long pause) would judge its leases by a time long gone.
+        sent = time.monotonic()
         try:
             beats = self.jobs.heartbeat_unlocked([running.handle for running in due], progress)
         except Exception as error:
             self.next_heartbeat_at = now  # try again once the database is back
             self.faults.failed("heartbeat", error)
             return
+        answered = time.monotonic()
         self.faults.recovered()
         for handle, reason in beats.gone:
             if reason == GONE:
                 held = self._running.get(handle.token)
-                if held is None or now >= held.lease_ends:
-                    # Its lease may have lapsed, and a newer claim ended the job: this
-                    # run is lost, not cancelled (its later writes are refused, S16).
+                if held is None or answered >= held.lease_ends:
+                    # Its lease may have lapsed before the statement ran, and a newer
+                    # claim ended the job: this run is lost, not cancelled (its later
+                    # writes are refused, S16).
                     continue
                 reason = "cancelled"  # deleted while its claim held: by cancel(), say
             if handle.control.cancel(reason):
@@ -245,12 +250,12 @@ class Leases:
                     reason,
                 )
         extended_tokens = {handle.token for handle in beats.extended}
-        extended_at = time.monotonic()
         for running in due:
             every = self._every(running)
             if running.handle.token in extended_tokens:
                 running.next_heartbeat = now + every
-                running.lease_ends = extended_at + running.handle.lease_s
+                # From before the statement: the lease it set ends no sooner than this.
+                running.lease_ends = sent + running.handle.lease_s
             else:
                 # Changed by another statement right now, or no longer ours: look again soon.
                 running.next_heartbeat = now + min(1.0, every)

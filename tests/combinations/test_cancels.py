@@ -4,7 +4,9 @@ PgBouncer setup) and on; leases kept for as long as such a row is held."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
+from typing import Any
 
 import pytest
 
@@ -185,3 +187,34 @@ def _spans(how: str) -> dict[int, list[tuple[datetime, datetime]]]:
             (datetime.fromisoformat(started), datetime.fromisoformat(ended))
         )
     return spans
+
+
+class TestS16S38ALapsedRunIsLostNotCancelled:
+    def test_s16_s38_a_heartbeat_late_past_its_lease_finds_the_row_gone_and_tells_no_one(
+        self,
+    ) -> None:
+        """A worker stopped past its lease (SIGSTOP, a long GC pause) wakes with the time
+        its loop read before the stop. Its heartbeat then finds the job's row gone: a
+        newer claim ran and acked it. That run is lost, not cancelled, however stale the
+        loop's time: only a heartbeat answered while the lease surely held tells the
+        handler (the row was deleted by a cancel)."""
+        from django_pgjobs.worker.faults import Faults
+        from django_pgjobs.worker.leases import Leases
+
+        Job.objects.enqueue("tests.noop", {}, lease=1)
+        (late,) = Job.objects.claim_batch("default", 1, "stalled")
+        leases = Leases(Job.objects, Faults("default"), lambda: None)
+        leases.hold([late])
+        before_the_stop = time.monotonic()
+        # Stopped: no heartbeat, the lease lapses, and a newer claim takes the job.
+        taken: list[Any] = []
+
+        def newer_claim() -> bool:
+            taken.extend(Job.objects.claim_batch("default", 1, "fresh"))
+            return bool(taken)
+
+        wait_until(newer_claim)
+        assert taken[0].ack() is True
+        leases.heartbeat_due(before_the_stop + 0.5)  # the time the loop read before the stop
+        assert not late.control.cancelled
+        assert count() == 0 and count("pgjobs_dead") == 0
