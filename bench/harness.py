@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -134,10 +135,11 @@ class WorkerProcess:
     def pid(self) -> int:
         return self.process.pid
 
-    def wait(self, timeout: float) -> int:
+    def wait(self, timeout: float, *, stopped: tuple[int, ...] = (0, -9)) -> int:
+        """Wait for the worker to exit; raise unless it exited with one of `stopped`."""
         code = self.process.wait(timeout)
         self._log.close()
-        if code not in (0, -9):
+        if code not in stopped:
             raise RuntimeError(f"runjobs exited {code}:\n{self.output()[-3000:]}")
         return code
 
@@ -150,7 +152,10 @@ class WorkerProcess:
     def terminate(self, timeout: float = 60) -> None:
         if self.process.poll() is None:
             self.process.terminate()
-        self.wait(timeout)
+        # Killed by the SIGTERM itself: it came before the worker set its handlers, at the
+        # start of its run, so the worker had claimed nothing (a smoke-sized drain can end
+        # while one of several workers is still starting).
+        self.wait(timeout, stopped=(0, -9, -signal.SIGTERM))
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
