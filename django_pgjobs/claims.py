@@ -76,7 +76,16 @@ class RunControl:
     loop) and the worker's loop at once, so every change is made under a lock.
     """
 
-    __slots__ = ("_cancelled", "_hooks", "_lock", "_report", "backend_pid", "carrier", "reason")
+    __slots__ = (
+        "_cancelled",
+        "_hooks",
+        "_lock",
+        "_report",
+        "backend_pid",
+        "carrier",
+        "reason",
+        "trace",
+    )
 
     def __init__(self) -> None:
         self._cancelled = threading.Event()
@@ -91,6 +100,9 @@ class RunControl:
         #: The database backend of a transaction-mode job's transaction while it runs:
         #: the worker cancels its statement at the job's timeout (S39).
         self.backend_pid: int | None = None
+        #: The run's span while it runs (tracing.Run), for the worker to end when it
+        #: abandons the handler at its timeout (None: tracing is off).
+        self.trace: Any = None
 
     @property
     def cancelled(self) -> bool:
@@ -242,6 +254,9 @@ class JobHandle:
     timeout_s: float | None = field(default=None)
     #: The job has a concurrency key (S34).
     keyed: bool = field(default=False)
+    #: The W3C trace context its enqueue stored (None: enqueued outside a trace, or
+    #: with tracing off): its run's span links to it.
+    trace_context: dict[str, str] | None = field(default=None, repr=False)
     #: Cancellation and progress between the handler and its worker (S32).
     control: RunControl = field(default_factory=RunControl, repr=False)
     #: Called once this claim's outcome is saved, by whoever saved it (the worker, or the
@@ -472,6 +487,8 @@ class Outcome:
     result: Any = None
     failure: Failure | None = None
     delay: float | None = None
+    #: The attempt was cut at its timeout (S33).
+    timed_out: bool = False
 
     @property
     def ending(self) -> str:

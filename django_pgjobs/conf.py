@@ -122,6 +122,12 @@ class Settings:
     #: `runjobs --metrics-addr` default: the address the worker's metrics server binds.
     METRICS_ADDR: str = "127.0.0.1"
 
+    # Traces
+    #: OpenTelemetry spans for enqueues and runs, and the trace context kept with each
+    #: job enqueued inside a trace (needs django-pgjobs[otel] and a tracer provider set
+    #: by the project; without them nothing is done, whatever this says).
+    TRACING: bool = True
+
     # Limits
     #: Largest payload accepted, in bytes of its JSON text.
     MAX_PAYLOAD_BYTES: int = 1_048_576
@@ -295,6 +301,7 @@ class Settings:
             "SCHEDULER",
             "METRICS_PUBLIC",
             "STRICT_KINDS",
+            "TRACING",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be True or False.")

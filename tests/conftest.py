@@ -59,6 +59,20 @@ def workers(request: pytest.FixtureRequest) -> Iterator[object]:
 
 
 @pytest.fixture
+def spans() -> Iterator[Any]:
+    """The spans that end during the test, kept in memory by the OpenTelemetry SDK (a
+    tracer provider set once for the process; spans outside such a test are dropped)."""
+    from tests.otel import capture
+
+    recorder = capture()
+    recorder.start()
+    try:
+        yield recorder
+    finally:
+        recorder.stop()
+
+
+@pytest.fixture
 def example_database() -> Iterator[str]:
     """A fresh database for the example project (its URL), dropped afterwards."""
     from tests.example import scratch_database

@@ -78,6 +78,11 @@ if os.environ.get("PGJOBS_METRICS_TOKEN"):
 # Workers of a test run both ways (the `notify` fixture) are told when it is off.
 if os.environ.get("PGJOBS_NOTIFY") == "0":
     PGJOBS["NOTIFY"] = False
+# Workers the tracing tests start write their spans to this file (tests/otel.py).
+if os.environ.get("PGJOBS_TEST_SPANS_FILE"):
+    from tests.otel import write_to
+
+    write_to(os.environ["PGJOBS_TEST_SPANS_FILE"])
 if os.environ.get("PGJOBS_LISTEN_DSN"):
     PGJOBS["LISTEN_DSN"] = os.environ["PGJOBS_LISTEN_DSN"]
 LOGGING = {

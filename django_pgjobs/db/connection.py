@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 from django.db import connections, transaction
 
+from django_pgjobs import tracing
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import sql
 
@@ -110,6 +111,12 @@ def commit_mode(using: str | None) -> dict[str, Any]:
 def wake_params() -> dict[str, Any]:
     """The parameters of a statement that may wake workers (S23)."""
     return {"channel": pgjobs_settings.CHANNEL, "notify": pgjobs_settings.NOTIFY}
+
+
+def enqueue_params() -> dict[str, Any]:
+    """The parameters of a statement that writes jobs: it may wake workers (S23), and
+    its jobs keep the trace context of the enqueue (%(trace)s, None outside a trace)."""
+    return {**wake_params(), "trace": tracing.stored_context()}
 
 
 class _RollBack(Exception):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from django.db import models
 
-from django_pgjobs import exceptions
+from django_pgjobs import exceptions, tracing
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
@@ -58,13 +58,14 @@ class BatchManager(models.Manager["Batch"]):
         chunks = _row_chunks(members)
         first = next(chunks, [])
         rows_of_jobs = [*first, *(job.as_json_row() for _, job in callbacks)]
-        params = {
-            "jobs": "[" + ",".join(rows_of_jobs) + "]",
-            "members": len(first),
-            "fires_on": [fires_on for fires_on, _ in callbacks],
-            **db.wake_params(),
-        }
-        with db.atomic(using):
+        jobs = [*members, *(job for _, job in callbacks)]
+        with tracing.sending(len(jobs)) as sent, db.atomic(using):
+            params = {
+                "jobs": "[" + ",".join(rows_of_jobs) + "]",
+                "members": len(first),
+                "fires_on": [fires_on for fires_on, _ in callbacks],
+                **db.enqueue_params(),
+            }
             rows = db.fetchall(sql.WRITE_BATCH, params, using)
             batch_id = int(rows[0][0])
             ids = [int(row[1]) for row in rows]
@@ -73,9 +74,10 @@ class BatchManager(models.Manager["Batch"]):
                 member_ids += _add_members(batch_id, callback_ids, chunk, using)
             if seal:
                 self.seal(batch_id, using=using)
+            sent.sent([job.queue for job in jobs], [*member_ids, *callback_ids])
         written = [EnqueueResult(id=job_id, inserted=True) for job_id in member_ids]
         fired = [EnqueueResult(id=job_id, inserted=True) for job_id in callback_ids]
-        enqueueing.announce([*members, *(job for _, job in callbacks)], [*written, *fired])
+        enqueueing.announce(jobs, [*written, *fired])
         return batch_id, written, fired
 
     def add(
@@ -220,7 +222,7 @@ def _add_members(
         "batch": batch_id,
         "callbacks": list(callbacks),
         "jobs": "[" + ",".join(rows) + "]",
-        **db.wake_params(),
+        **db.enqueue_params(),
     }
     return [int(row[0]) for row in db.fetchall(sql.ADD_BATCH_MEMBERS, params, using)]
 

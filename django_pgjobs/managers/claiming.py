@@ -155,6 +155,7 @@ def handles_of(rows: Sequence[Any], alias: str, manager: ClaimWriter) -> list[Jo
             payload=db.json_value(row[17]),
             timeout_s=row[18],
             keyed=row[19],
+            trace_context=db.json_value(row[20]),
             using=alias,
             manager=manager,
         )

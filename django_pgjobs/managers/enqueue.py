@@ -14,15 +14,15 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from django_pgjobs import exceptions, options, registry, signals
+from django_pgjobs import exceptions, options, registry, signals, tracing
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import sql
 from django_pgjobs.db.connection import (
     atomic,
+    enqueue_params,
     fetchall,
     in_transaction,
     in_transaction_elsewhere,
-    wake_params,
     write_documents,
 )
 from django_pgjobs.dependencies import resolve_after
@@ -58,18 +58,19 @@ def enqueue_one(
     fit_payload(resolved.kind, payload)
     resolved = with_limits(resolved, payload)
     using = using or routed(resolved.queue)
-    if edges:
-        (result,) = enqueue_dependent([resolved], [edges], using)
-        announce([resolved], [result])
-        return result
-    params = {**resolved.as_params(), **wake_params()}
-    if resolved.key is None:
-        (row,) = fetchall(sql.INSERT_JOB, params, using)
-    else:
-        params["on_conflict"] = on_conflict
-        (row,) = fetchall(sql.ENQUEUE_JOB, params, using)
-    result = EnqueueResult(id=row[0], inserted=row[1])
-    result.created_at = row[2]
+    with tracing.sending() as sent:
+        if edges:
+            (result,) = enqueue_dependent([resolved], [edges], using)
+        else:
+            params = {**resolved.as_params(), **enqueue_params()}
+            if resolved.key is None:
+                (row,) = fetchall(sql.INSERT_JOB, params, using)
+            else:
+                params["on_conflict"] = on_conflict
+                (row,) = fetchall(sql.ENQUEUE_JOB, params, using)
+            result = EnqueueResult(id=row[0], inserted=row[1])
+            result.created_at = row[2]
+        sent.sent([resolved.queue], [result.id])
     announce([resolved], [result])
     return result
 
@@ -85,21 +86,22 @@ def enqueue_many(
         return _enqueue_many_routed(jobs, on_conflict)
     if any(isinstance(job, Mapping) and job.get("after") is not None for job in jobs):
         return enqueue_many_dependent(jobs, using)
-    batch = EnqueueBatch(on_conflict)
-    documents = batch.documents(jobs)
-    first = next(documents, None)  # the first document's jobs, validated
-    if first is None:
+    if not jobs:
         return []
-    document, last = first
-    if last:  # every job is in it
-        chunks = write_documents([document], using)
-    else:
-        # A document is written while the next is validated: a job found invalid later
-        # rolls back the documents sent before it.
-        rest = (document for document, _ in documents)
-        with atomic(using):
-            chunks = write_documents(itertools.chain([document], rest), using)
-    results = batch.results(chunks)
+    with tracing.sending(len(jobs)) as sent:
+        batch = EnqueueBatch(on_conflict)
+        documents = batch.documents(jobs)
+        document, last = next(documents)  # the first document's jobs, validated
+        if last:  # every job is in it
+            chunks = write_documents([document], using)
+        else:
+            # A document is written while the next is validated: a job found invalid
+            # later rolls back the documents sent before it.
+            rest = (document for document, _ in documents)
+            with atomic(using):
+                chunks = write_documents(itertools.chain([document], rest), using)
+        results = batch.results(chunks)
+        sent.sent([job.queue for job in batch.jobs], [result.id for result in results])
     announce(batch.jobs, results)
     return results
 
@@ -218,7 +220,9 @@ def enqueue_many_dependent(
         except InvalidJobOption as error:
             raise type(error)(f"jobs[{index}]: {error}") from None
         resolved.append(job_resolved)
-    results = enqueue_dependent(resolved, edges, using)
+    with tracing.sending(len(resolved)) as sent:
+        results = enqueue_dependent(resolved, edges, using)
+        sent.sent([job.queue for job in resolved], [result.id for result in results])
     announce(resolved, results)
     return results
 
@@ -285,7 +289,7 @@ class EnqueueBatch:
             "jobs": "[" + ",".join(written) + "]",
             "keyed": any(job.key is not None for job in chunk),
             "on_conflict": self.on_conflict,
-            **wake_params(),
+            **enqueue_params(),
         }
 
     def results(self, chunks: Sequence[Sequence[Any]]) -> list[EnqueueResult]:

@@ -90,7 +90,7 @@ def _write(
                     "open" if edge.parent_id is None else _edge_standing(edge, standing),
                 ]
             )
-    params = {"jobs": document, "edges": json.dumps(rows), **db.wake_params()}
+    params = {"jobs": document, "edges": json.dumps(rows), **db.enqueue_params()}
     written = db.fetchall(sql.ENQUEUE_DEPENDENT_JOBS, params, using)
     return [EnqueueResult(id=row[0], inserted=True) for row in written]
 

@@ -149,6 +149,12 @@ class Job(JobColumns):
     parents_left = models.IntegerField(
         db_default=0, help_text="Parents not yet ended; waiting while above 0 (S29)."
     )
+    trace_context = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The W3C trace context of its enqueue (traceparent, tracestate), when it "
+        "was enqueued inside a trace with tracing on: its runs link to it.",
+    )
 
     objects: ClassVar[managers.JobManager] = managers.JobManager()
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from django.db import DatabaseError, transaction
 
-from django_pgjobs import registry, signals
+from django_pgjobs import registry, signals, tracing
 from django_pgjobs.claims import Failure, JobHandle, Outcome, Verdict, reason_text
 from django_pgjobs.exceptions import (
     Cancelled,
@@ -78,6 +78,12 @@ class Executor:
 
     def run(self, handle: JobHandle) -> Outcome:
         """Run `handle`'s job and return how it ended. Never raises for the job's sake."""
+        with tracing.running(handle) as span:
+            outcome = self._run(handle)
+            span.ended(outcome)
+        return outcome
+
+    def _run(self, handle: JobHandle) -> Outcome:
         started = time.monotonic()
         definition, refused = self._prepare(handle, started)
         if definition is None:
@@ -93,6 +99,12 @@ class Executor:
         A cancellation (S32) cancels the task; past its timeout (S33) the task is
         cancelled and the attempt recorded as timed out. Never raises for the job's sake.
         """
+        with tracing.running(handle) as span:
+            outcome = await self._run_async(handle)
+            span.ended(outcome)
+        return outcome
+
+    async def _run_async(self, handle: JobHandle) -> Outcome:
         started = time.monotonic()
         definition, refused = self._prepare(handle, started)
         if definition is None:
@@ -115,9 +127,7 @@ class Executor:
                 and not handle.finished
                 and not handle.cancelled
             ):
-                timeout_s = float(handle.timeout_s or 0)
-                failure = Failure.from_exception(error, text=timed_out_error(timeout_s))
-                return self._retry(handle, failure, None, started)
+                return self._timed_out(handle, error, float(handle.timeout_s or 0), started)
             return self._ended(handle, started, error=error)
         return self._ended(handle, started, result=result)
 
@@ -232,8 +242,7 @@ class Executor:
                 return reported
             if timeout_s is not None and sqlstate(error) == QUERY_CANCELED:
                 # The worker cut the transaction's last statements at the deadline.
-                failure = Failure.from_exception(error, text=timed_out_error(timeout_s))
-                return self._retry(handle, failure, None, started)
+                return self._timed_out(handle, error, timeout_s, started)
             if is_outage(error):
                 # The connection broke, say: nothing of this run stands, and the claim
                 # comes back after its lease.
@@ -262,8 +271,7 @@ class Executor:
         if timeout_s is not None and (
             sqlstate(error) == QUERY_CANCELED or time.monotonic() - started > timeout_s
         ):
-            failure = Failure.from_exception(error, text=timed_out_error(timeout_s))
-            return self._retry(handle, failure, None, started)
+            return self._timed_out(handle, error, timeout_s, started)
         if is_outage(error):
             return self._retry(handle, Failure.from_exception(error), None, started)
         return None
@@ -334,14 +342,29 @@ class Executor:
         if loop is not None and not loop.is_closed():
             loop.close()
 
+    def _timed_out(
+        self, handle: JobHandle, error: BaseException, timeout_s: float, started: float
+    ) -> Outcome:
+        """The outcome of an attempt cut at its timeout (S33): retried with backoff."""
+        failure = Failure.from_exception(error, text=timed_out_error(timeout_s))
+        return self._retry(handle, failure, None, started, timed_out=True)
+
     def _retry(
-        self, handle: JobHandle, failure: Failure, delay: float | None, started: float
+        self,
+        handle: JobHandle,
+        failure: Failure,
+        delay: float | None,
+        started: float,
+        *,
+        timed_out: bool = False,
     ) -> Outcome:
         if handle.is_last_attempt:
-            return self._finish(handle, Verdict.RETRY, started, failure=failure, delay=0.0)
-        if delay is None:
+            delay = 0.0
+        elif delay is None:
             delay = float(registry.backoff_for(handle.kind, handle.queue).delay(handle.attempt))
-        return self._finish(handle, Verdict.RETRY, started, failure=failure, delay=delay)
+        return self._finish(
+            handle, Verdict.RETRY, started, failure=failure, delay=delay, timed_out=timed_out
+        )
 
     def _finish(
         self,
@@ -352,6 +375,7 @@ class Executor:
         result: Any = None,
         failure: Failure | None = None,
         delay: float | None = None,
+        timed_out: bool = False,
     ) -> Outcome:
         outcome = Outcome(
             handle=handle,
@@ -360,6 +384,7 @@ class Executor:
             result=result,
             failure=failure,
             delay=delay,
+            timed_out=timed_out,
         )
         _log(outcome)
         signals.run_ended(outcome)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from django_pgjobs import tracing
 from django_pgjobs.claims import Failure, Outcome, Verdict
 from django_pgjobs.managers import JobManager
 from django_pgjobs.worker.completer import Completer
@@ -65,6 +66,7 @@ class Timeouts:
                 self.jobs.end_backend(pid, using=self.using)
             self.leases.time_out(running)
             handle = running.handle
+            tracing.timed_out(handle, handle.timeout_s or 0.0)
             failure = Failure(timed_out_error(handle.timeout_s or 0.0))
             if running.atomic:
                 # Its backend is ended: the row is free, and the attempt is recorded as

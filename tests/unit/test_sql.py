@@ -33,6 +33,8 @@ TOKEN = uuid.uuid4()
 # A cron tick (computed by the caller from the database's clock, never from Python's).
 TICK = datetime(2026, 1, 1, 3, 0, tzinfo=UTC)
 WAKE = {"channel": "pgjobs", "notify": True}
+#: What a statement that writes jobs takes beside WAKE: the trace context they keep.
+TRACE = {"trace": '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'}
 ONE_JOB = {
     "queue": "default",
     "kind": "demo.t",
@@ -53,18 +55,20 @@ ONE_JOB = {
     "on_conflict": "replace",
 }
 SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
-    "ENQUEUE_JOB": {**ONE_JOB, **WAKE},
-    "INSERT_JOB": {**ONE_JOB, **WAKE},
+    "ENQUEUE_JOB": {**ONE_JOB, **WAKE, **TRACE},
+    "INSERT_JOB": {**ONE_JOB, **WAKE, **TRACE},
     "ENQUEUE_JOBS": {
         "jobs": '[["default", "demo.t", 0, null, null, 3, 30, null, null, 5.0, 2, 10, 60.0,'
         ' "tenant:1", "k", {}]]',
         "on_conflict": "replace",
         **WAKE,
+        **TRACE,
     },
     "ENQUEUE_KEYLESS_JOBS": {
         "jobs": '[["default", "demo.t", 0, null, null, 3, 30, null, null, null, null, null,'
         " null, null, null, {}]]",
         **WAKE,
+        **TRACE,
     },
     "CLAIM_JOBS": {
         "synchronous_commit": "off",
@@ -278,6 +282,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         " null, null, null, {}]]",
         "edges": '[[2, null, 1, "cancel", "open"], [2, 999999999, null, "run", "done"]]',
         **WAKE,
+        **TRACE,
     },
     "REVIVE_DEPENDENTS": {"id": 1},
     "LOCK_LOST_EDGES": {"id": 1},
@@ -291,6 +296,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "members": 1,
         "fires_on": ["complete"],
         **WAKE,
+        **TRACE,
     },
     "LOCK_BATCH_CALLBACKS": {"batch": 1},
     "ADD_BATCH_MEMBERS": {
@@ -299,6 +305,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "jobs": '[["default", "demo.t", 0, null, null, 3, 30, null, null, null, null, null,'
         " null, null, null, {}]]",
         **WAKE,
+        **TRACE,
     },
     "SEAL_BATCH": {"batch": 1},
     "END_BATCH_SEAL": {"batch": 1, **WAKE},

@@ -74,6 +74,10 @@ MERGE_INTO_LIVE_JOB = f"""{ON_LIVE_KEY}
                          THEN excluded.run_after ELSE job.run_after END,
         expires_at = CASE WHEN job.state = 'pending' AND %(on_conflict)s <> 'ignore'
                           THEN excluded.expires_at ELSE job.expires_at END,
+        -- The run a pending job's new payload makes is the new trigger's (its trace).
+        trace_context = CASE WHEN job.state = 'pending' AND %(on_conflict)s <> 'ignore'
+                             THEN coalesce(excluded.trace_context, job.trace_context)
+                             ELSE job.trace_context END,
         rerun_payload = CASE WHEN job.state = 'running' AND %(on_conflict)s <> 'ignore'
                              THEN excluded.payload ELSE job.rerun_payload END,
         rerun_after = CASE
@@ -207,7 +211,7 @@ CLAIM_PICKED = f"""claimed AS (
     RETURNING j.id, j.queue, j.kind, j.key, j.priority, j.run_after, j.attempts,
               j.max_attempts, j.lease_s, j.claimed_by, j.claimed_at, j.claimed_until,
               j.worker_id, j.expires_at, j.created_at, j.payload, j.timeout_s,
-              j.limit_key IS NOT NULL
+              j.limit_key IS NOT NULL, j.trace_context
 ),
 flags AS (
     SELECT EXISTS (

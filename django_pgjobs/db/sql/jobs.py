@@ -18,7 +18,7 @@ INSERT_JOB = """
 INSERT INTO pgjobs_job (
     queue, kind, state, priority, run_after, attempts, max_attempts, lease_s,
     expires_at, payload, errors, result_ttl_s, created_at, timeout_s, limit_key,
-    concurrency_limit, rate_limit, rate_period_s)
+    concurrency_limit, rate_limit, rate_period_s, trace_context)
 VALUES (
     %(queue)s, %(kind)s, 'pending', %(priority)s,
     coalesce(now() + make_interval(secs => %(delay_s)s::float8),
@@ -26,7 +26,8 @@ VALUES (
     0, %(max_attempts)s, %(lease_s)s,
     now() + make_interval(secs => %(expires_s)s::float8),
     %(payload)s::jsonb, '[]'::jsonb, %(result_ttl_s)s, now(), %(timeout_s)s,
-    %(limit_key)s, %(concurrency_limit)s, %(rate_limit)s, %(rate_period_s)s)
+    %(limit_key)s, %(concurrency_limit)s, %(rate_limit)s, %(rate_period_s)s,
+    %(trace)s::jsonb)
 RETURNING id, true, created_at,
           CASE WHEN %(notify)s AND run_after <= now() THEN pg_notify(%(channel)s, queue)::text END
 """
@@ -37,7 +38,7 @@ WITH merged AS (
     INSERT INTO pgjobs_job AS job (
         queue, kind, key, state, priority, run_after, attempts, max_attempts, lease_s,
         expires_at, payload, errors, result_ttl_s, created_at, timeout_s, limit_key,
-        concurrency_limit, rate_limit, rate_period_s)
+        concurrency_limit, rate_limit, rate_period_s, trace_context)
     VALUES (
         %(queue)s, %(kind)s, %(key)s, 'pending', %(priority)s,
         coalesce(now() + make_interval(secs => %(delay_s)s::float8),
@@ -45,7 +46,8 @@ WITH merged AS (
         0, %(max_attempts)s, %(lease_s)s,
         now() + make_interval(secs => %(expires_s)s::float8),
         %(payload)s::jsonb, '[]'::jsonb, %(result_ttl_s)s, now(), %(timeout_s)s,
-        %(limit_key)s, %(concurrency_limit)s, %(rate_limit)s, %(rate_period_s)s)
+        %(limit_key)s, %(concurrency_limit)s, %(rate_limit)s, %(rate_period_s)s,
+        %(trace)s::jsonb)
     {MERGE_INTO_LIVE_JOB}
 ),
 woke AS (
@@ -58,11 +60,12 @@ SELECT id, inserted, created_at, (SELECT count(*) FROM woke) FROM merged
 # the order of options.ENQUEUE_ROW (the comments name them; a test holds the two to each
 # other). One parameter the server parses in C, where arrays of strings would be escaped
 # element by element client-side. Inserted in input order, so rows come back in it.
+# Every job of a document was enqueued in one trace: %(trace)s is the statement's.
 #: The columns a document row fills, and their values read from a row `i.row` (what
 #: ENQUEUE_DEPENDENT_JOBS shares with _INSERT_DOCUMENT).
 DOCUMENT_COLUMNS = """queue, kind, key, priority, run_after, attempts, max_attempts, lease_s,
         expires_at, payload, errors, result_ttl_s, created_at, timeout_s, limit_key,
-        concurrency_limit, rate_limit, rate_period_s"""
+        concurrency_limit, rate_limit, rate_period_s, trace_context"""
 DOCUMENT_VALUES = """i.row ->> 0,  -- queue
            i.row ->> 1,  -- kind
            i.row ->> 14,  -- key
@@ -82,7 +85,8 @@ DOCUMENT_VALUES = """i.row ->> 0,  -- queue
            i.row ->> 13,  -- limit_key
            (i.row ->> 10)::int,  -- concurrency_limit
            (i.row ->> 11)::int,  -- rate_limit
-           (i.row ->> 12)::float8  -- rate_period_s"""
+           (i.row ->> 12)::float8,  -- rate_period_s
+           %(trace)s::jsonb"""
 
 _INSERT_DOCUMENT = f"""INSERT INTO pgjobs_job AS job (
         state, {DOCUMENT_COLUMNS})
