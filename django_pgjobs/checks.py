@@ -3,6 +3,8 @@ schedules valid, and no other app's command may hide ours."""
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from typing import Any
 
 from django.conf import settings
@@ -276,3 +278,71 @@ def check_strict_kinds(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
         )
         hint = "Turn it on when every kind you enqueue is registered where you enqueue it."
     return [checks.Info(text, hint=hint, id="pgjobs.I001")]
+
+
+#: Seconds the migrations check waits to reach the database: a command run where the
+#: database is out of reach (collectstatic in an image build) is delayed this much.
+MIGRATIONS_CHECK_TIMEOUT_S = 2
+
+
+@checks.register(checks.Tags.compatibility)
+def check_migrations_applied(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """pgjobs.W013: the app's migrations are not all applied to the jobs database (an
+    enqueue would fail: the tables are missing, or older than the code). Not said by
+    `manage.py migrate`, which is about to apply them (call_command skips the checks)."""
+    if sys.argv[1:2] == ["migrate"]:
+        return []
+    from django.db.migrations.loader import MigrationLoader
+
+    from django_pgjobs.db.connection import applied_migrations
+
+    found: list[checks.CheckMessage] = []
+    for alias in pgjobs_settings.databases():
+        if alias not in settings.DATABASES:
+            continue  # pgjobs.E001 and E004 say so
+        applied = applied_migrations(alias, "django_pgjobs", MIGRATIONS_CHECK_TIMEOUT_S)
+        if applied is None:
+            continue  # out of reach: pgjobs.E001 and runjobs say so where it matters
+        loader = MigrationLoader(None, ignore_no_migrations=True)
+        on_disk = {name for app, name in loader.disk_migrations if app == "django_pgjobs"}
+        missing = sorted(on_disk - applied)
+        if missing:
+            found.append(
+                checks.Warning(
+                    f"django_pgjobs has {len(missing)} unapplied migration(s) in database "
+                    f"{alias!r} (the last: {missing[-1]}): enqueues fail until they are "
+                    "applied.",
+                    hint=f"Run: python manage.py migrate django_pgjobs --database {alias}",
+                    id="pgjobs.W013",
+                )
+            )
+    return found
+
+
+@checks.register(checks.Tags.compatibility)
+def check_job_modules(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """pgjobs.W014: a @job function lives in a module workers do not import (known here
+    only because something, a view say, imported it after the app was ready)."""
+    from django.urls import get_resolver
+
+    # Import the views, as a request would (what they import registers its kinds); a
+    # broken URLconf is for Django's own URL checks to report.
+    with contextlib.suppress(Exception):
+        get_resolver().url_patterns  # noqa: B018
+    found: list[checks.CheckMessage] = []
+    for module, kinds in registry.kinds_by_module().items():
+        stranded = [kind for kind in kinds if registry.undiscovered_module(kind) is not None]
+        if stranded:
+            found.append(
+                checks.Warning(
+                    f"Job kind(s) {', '.join(map(repr, stranded))} live in {module}, which "
+                    "workers do not import: they would fail these jobs with 'unknown job "
+                    f"kind' ({registry.HOW_WORKERS_FIND_KINDS}).",
+                    hint=f"Move them to a jobs.py module of their app, or add {module!r} to "
+                    "PGJOBS['JOB_MODULES'].",
+                    id="pgjobs.W014",
+                )
+            )
+    return found

@@ -77,6 +77,10 @@ class Settings:
     #: Refuse to enqueue a kind this process has no handler for (False: accept it, and
     #: warn once per kind: another service's workers may own it).
     STRICT_KINDS: bool = False
+    #: Modules of @job functions to import in every process, beside every installed
+    #: app's jobs.py: ["shop.tasks", "reports.exports"]. A kind defined anywhere else is
+    #: known only to the processes that happen to import it: not to the workers.
+    JOB_MODULES: list[str] = []
 
     # Queue options (overridable per queue)
     #: Priority of a job whose enqueue and decorator give none (-100..100, higher first).
@@ -338,6 +342,7 @@ class Settings:
                 "PGJOBS['QUEUE_DATABASES'] must be a dict of queue name to database alias, "
                 "both non-empty strings."
             )
+        job_modules()
         queues = self.QUEUES
         if not isinstance(queues, dict):
             raise ImproperlyConfigured("PGJOBS['QUEUES'] must be a dict of queue name to dict.")
@@ -358,6 +363,23 @@ class Settings:
                 )
             self.queue_options(queue)
         self.queue_options(self.DEFAULT_QUEUE)
+
+
+def job_modules() -> list[str]:
+    """PGJOBS["JOB_MODULES"], checked: a list of dotted module paths.
+
+    Raises:
+        ImproperlyConfigured: anything else, saying what it must be.
+    """
+    modules = pgjobs_settings.JOB_MODULES
+    if not isinstance(modules, list | tuple) or not all(
+        isinstance(module, str) and module.strip() for module in modules
+    ):
+        raise ImproperlyConfigured(
+            "PGJOBS['JOB_MODULES'] must be a list of dotted module paths, such as "
+            f"['shop.tasks'], not {modules!r}."
+        )
+    return list(modules)
 
 
 def seconds(value: Any, what: str) -> float:

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from django_pgjobs import options
-from django_pgjobs.exceptions import InvalidCron
+from django_pgjobs.exceptions import InvalidCron, InvalidPayload
 from django_pgjobs.limits import Limits, Rate
 from django_pgjobs.options import UNSET
 from django_pgjobs.registry import JobDefinition, register
@@ -58,6 +58,18 @@ class JobFunction(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         function: Callable[P, R] = self.definition.func
         return function(*args, **kwargs)
+
+    def _call_example(self) -> str:
+        """How a call of enqueue reads for this handler: name(first=..., second=...)."""
+        parameters = list(inspect.signature(self.definition.func).parameters.values())
+        if self.definition.takes_context:
+            parameters = parameters[1:]
+        named = [
+            f"{parameter.name}=..."
+            for parameter in parameters
+            if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+        ]
+        return f"{self.definition.func.__name__}.enqueue({', '.join(named)})"
 
     def using(
         self,
@@ -101,14 +113,25 @@ class JobFunction(Generic[P, R]):
         }
         return JobFunction(self.definition, {**self.enqueue_options, **given})
 
-    def enqueue(self, **payload: Any) -> Any:
+    def enqueue(self, *positional: Any, **payload: Any) -> Any:
         """Enqueue this job with `payload` as its keyword arguments (S1: in the caller's
         transaction). Options come from `using(...)`, then the decorator, then settings.
 
         Returns:
             EnqueueResult(id, inserted).
+
+        Raises:
+            InvalidPayload: positional arguments (a payload is named: it is stored as a
+                JSON object), or a payload that does not fit the handler (S28).
         """
         from django_pgjobs.models import Job
+
+        if positional:
+            raise InvalidPayload(
+                f"{self.definition.kind}.enqueue() takes the payload as keyword arguments, "
+                f"not {len(positional)} positional: {self._call_example()}. Nothing was "
+                "written."
+            )
 
         enqueue_options = dict(self.enqueue_options)
         if "key" not in enqueue_options and self.definition.key is not None:

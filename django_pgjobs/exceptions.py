@@ -3,6 +3,8 @@ one it raises when its job is cancelled."""
 
 from __future__ import annotations
 
+from django.db import ProgrammingError
+
 
 class PgJobsError(Exception):
     """A django_pgjobs error. Do not raise directly: raise a subclass."""
@@ -102,6 +104,13 @@ class OutsideTransactionWarning(RuntimeWarning):
     was inside a transaction of another database: it does not commit or roll back with
     that transaction. Wrap the enqueue in `transaction.atomic(using=<that database>)`, or
     keep the queue in the database of the writes it belongs with."""
+
+
+class JobTablesMissing(PgJobsError, ProgrammingError):
+    """The database has no job tables, or older ones than this version of django_pgjobs:
+    the app's migrations are not applied. Run `python manage.py migrate django_pgjobs`.
+
+    A `django.db.ProgrammingError` too, as the database's own error was."""
 
 
 class LeaseLost(PgJobsError):

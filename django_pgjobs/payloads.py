@@ -244,7 +244,9 @@ def _check_json_value(value: Any, path: str, depth: int) -> None:
                 f"{path} holds a NUL character, which PostgreSQL's jsonb cannot store."
             )
     elif not isinstance(value, _SCALARS):
+        name = type(value).__name__
+        article = "an" if name[:1].lower() in "aeiou" else "a"
         raise exceptions.InvalidPayload(
-            f"{path} is a {type(value).__name__}, which is not JSON; use plain data "
+            f"{path} is {article} {name}, which is not JSON; use plain data "
             "(str, int, float, bool, None, list, dict)."
         )

@@ -62,6 +62,16 @@ class JobDefinition:
 
 _definitions: dict[str, JobDefinition] = {}
 _lock = threading.Lock()
+#: The kinds registered when the app was ready: those of every installed app's jobs.py,
+#: of PGJOBS["JOB_MODULES"] (and of tasks.py with a django.tasks backend), which is what
+#: every process, a worker too, imports (None: not ready yet).
+_discovered: frozenset[str] | None = None
+
+#: How a worker finds kinds, for the messages that name a kind it may not know.
+HOW_WORKERS_FIND_KINDS = (
+    "a worker knows the @job functions of every installed app's jobs.py module, of the "
+    "modules in PGJOBS['JOB_MODULES'] and of runjobs --import"
+)
 
 
 def register(definition: JobDefinition) -> JobDefinition:
@@ -90,13 +100,73 @@ def _misfit_of_names(
     func: Callable[..., Any], takes_context: bool, kind: str, names: frozenset[str]
 ) -> str | None:
     """The misfit of a payload with these keys: binding depends on the names alone, so a
-    batch of payloads of one shape is bound once."""
+    batch of payloads of one shape is bound once. Every mistake is named at once: each
+    unexpected argument (with the parameter it most looks like), then each missing one."""
     context = (None,) if takes_context else ()
+    signature = inspect.signature(func)
     try:
-        inspect.signature(func).bind(*context, **dict.fromkeys(names))
+        signature.bind(*context, **dict.fromkeys(names))
     except TypeError as error:
-        return f"payload does not fit the handler of {kind}: {error}"
+        problems = _problems(signature, takes_context, names) or [str(error)]
+        return f"payload does not fit the handler of {kind}: {'; '.join(problems)}"
     return None
+
+
+def _problems(
+    signature: inspect.Signature, takes_context: bool, names: frozenset[str]
+) -> list[str]:
+    """What keeps keyword arguments `names` from binding to a handler's `signature`."""
+    parameters = list(signature.parameters.values())[1 if takes_context else 0 :]
+    by_keyword = {
+        parameter.name: parameter
+        for parameter in parameters
+        if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    }
+    takes_any = any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters)
+    unexpected = [] if takes_any else sorted(names - set(by_keyword))
+    unused = [name for name in by_keyword if name not in names]
+    problems = []
+    for name in unexpected:
+        close = difflib.get_close_matches(name, unused, n=1, cutoff=0.6)
+        guess = f" (did you mean {close[0]!r}?)" if close else ""
+        problems.append(f"unexpected keyword argument {name!r}{guess}")
+    problems += [
+        f"missing a required argument: {name!r}"
+        for name, parameter in by_keyword.items()
+        if parameter.default is parameter.empty and name not in names
+    ]
+    problems += [
+        f"its parameter {parameter.name!r} is positional-only, which a payload (keyword "
+        "arguments) cannot give"
+        for parameter in parameters
+        if parameter.kind is parameter.POSITIONAL_ONLY and parameter.default is parameter.empty
+    ]
+    return problems
+
+
+def discovered() -> None:
+    """Mark the kinds registered now as those every process knows (the app's ready())."""
+    global _discovered
+    with _lock:
+        _discovered = frozenset(_definitions)
+
+
+def undiscovered_module(kind: str) -> str | None:
+    """The module of a kind registered in this process only because something imported
+    it after the app was ready (a view importing shop/tasks.py, say): workers, which
+    import only what ready() does, do not know it. None for any other kind."""
+    definition = _definitions.get(kind)
+    if _discovered is None or definition is None or kind in _discovered:
+        return None
+    return definition.func.__module__
+
+
+def kinds_by_module() -> dict[str, list[str]]:
+    """Every registered kind by the module its function lives in, both sorted."""
+    found: dict[str, list[str]] = {}
+    for kind, definition in sorted(_definitions.items()):
+        found.setdefault(definition.func.__module__, []).append(kind)
+    return dict(sorted(found.items()))
 
 
 def closest_kinds(kind: str) -> list[str]:

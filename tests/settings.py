@@ -78,6 +78,9 @@ if os.environ.get("PGJOBS_METRICS_TOKEN"):
 # Workers of a test run both ways (the `notify` fixture) are told when it is off.
 if os.environ.get("PGJOBS_NOTIFY") == "0":
     PGJOBS["NOTIFY"] = False
+# Processes the first-hour tests start import these job modules (PGJOBS["JOB_MODULES"]).
+if os.environ.get("PGJOBS_JOB_MODULES"):
+    PGJOBS["JOB_MODULES"] = os.environ["PGJOBS_JOB_MODULES"].split(",")
 # Workers the tracing tests start write their spans to this file (tests/otel.py).
 if os.environ.get("PGJOBS_TEST_SPANS_FILE"):
     from tests.otel import write_to

@@ -17,11 +17,12 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from django.db import connections, transaction
+from django.db import ProgrammingError, connections, transaction
 
 from django_pgjobs import tracing
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import sql
+from django_pgjobs.exceptions import JobTablesMissing
 
 
 def alias(using: str | None) -> str:
@@ -77,6 +78,25 @@ def role_privileges(using: str | None) -> tuple[str, bool, bool, bool]:
     role on the alias."""
     [(name, superuser, create_role, create_db)] = fetchall(sql.ROLE_PRIVILEGES, {}, using)
     return str(name), bool(superuser), bool(create_role), bool(create_db)
+
+
+def applied_migrations(using: str | None, app: str, timeout: int) -> set[str] | None:
+    """The migrations of `app` applied on the alias's database, read on a connection of
+    its own that waits at most `timeout` whole seconds to connect (a system check must
+    not hang a command where the database is out of reach); None when it cannot be
+    reached, an empty set before the first migrate."""
+    given = connections[alias(using)].get_connection_params()
+    params = {key: value for key, value in given.items() if isinstance(value, str | int)}
+    params.pop("prepare_threshold", None)
+    conninfo = psycopg.conninfo.make_conninfo("", **params, connect_timeout=timeout)
+    try:
+        with psycopg.connect(conninfo, autocommit=True) as raw:
+            rows = raw.execute(sql.APPLIED_MIGRATIONS, {"app": app}).fetchall()
+    except psycopg.errors.UndefinedTable:
+        return set()
+    except psycopg.Error:
+        return None
+    return {str(name) for (name,) in rows}
 
 
 def in_transaction(using: str | None) -> bool:
@@ -157,14 +177,14 @@ def write_documents(documents: Iterable[Mapping[str, Any]], using: str | None) -
     cursors: list[psycopg.Cursor[Any]] = []
     sent: list[str] = []
     try:
-        with connection.wrap_database_errors, raw.pipeline():
+        with schema_explained(), connection.wrap_database_errors, raw.pipeline():
             for params in documents:
                 statement = sql.ENQUEUE_JOBS if params["keyed"] else sql.ENQUEUE_KEYLESS_JOBS
                 cursor = psycopg.Cursor(raw)
                 cursors.append(cursor)
                 sent.append(statement)
                 cursor.execute(statement, params, prepare=prepare)
-        with connection.wrap_database_errors:
+        with schema_explained(), connection.wrap_database_errors:
             return [cursor.fetchall() for cursor in cursors]
     finally:
         for cursor in cursors:
@@ -182,11 +202,41 @@ def executed(
     connection = usable_connection(using)
     logged = connection.queries_logged
     started = time.monotonic() if logged else 0.0
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+    with (
+        schema_explained(),
+        connection.wrap_database_errors,
+        psycopg.Cursor(connection.connection) as cursor,
+    ):
         cursor.execute(statement, params, prepare=prepares(connection))
         yield cursor
     if logged:
         log_queries(connection, [statement], started)
+
+
+#: What the server says of a table, column or function of the app that it lacks.
+_UNDEFINED = (
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedColumn,
+    psycopg.errors.UndefinedFunction,
+)
+
+
+@contextmanager
+def schema_explained() -> Iterator[None]:
+    """Turn the server's "relation pgjobs_job does not exist" (a table, column or
+    function of the app that it lacks) into JobTablesMissing, which says what to run."""
+    try:
+        yield
+    except ProgrammingError as error:
+        cause = error.__cause__
+        if not isinstance(cause, _UNDEFINED) or "pgjobs_" not in str(cause):
+            raise
+        said = str(cause).strip().splitlines()[0]
+        raise JobTablesMissing(
+            f"The job tables of this database do not match this version of django_pgjobs "
+            f"({said}): the app's migrations are not applied. Run: python manage.py "
+            "migrate django_pgjobs"
+        ) from error
 
 
 def usable_connection(using: str | None) -> Any:

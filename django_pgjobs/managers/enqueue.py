@@ -489,6 +489,18 @@ def known_kind(kind: str) -> None:
         InvalidKind: an unknown kind under STRICT_KINDS; nothing is written.
     """
     if registry.get_definition(kind) is not None:
+        module = registry.undiscovered_module(kind)
+        if module is not None and kind not in _unknown_kinds:
+            _unknown_kinds.add(kind)
+            logger.warning(
+                "enqueued a job of kind %r, defined in %s, which workers do not import: they "
+                "will fail it with 'unknown job kind' (%s). Move it to a jobs.py module of "
+                "its app, or add %r to PGJOBS['JOB_MODULES']. (Warned once per kind.)",
+                kind,
+                module,
+                registry.HOW_WORKERS_FIND_KINDS,
+                module,
+            )
         return
     close = registry.closest_kinds(kind)
     guess = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""

@@ -224,6 +224,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "BUSY_JOBS": {"queues": ["default"]},
     "DATABASE_CLOCK": {},
     "TERMINATE_BACKENDS": {"application_name": "pgjobs-test-nobody", "limit": 1},
+    "APPLIED_MIGRATIONS": {"app": "django_pgjobs"},
     "LOCK_LIMITED_QUEUES": {"queues": ["default"]},
     "CLAIM_LIMITED_JOBS": {
         "synchronous_commit": None,
@@ -329,6 +330,7 @@ TABLELESS = {
     "END_BACKEND",
     "PLAN_KEYED_CLAIM",
     "TERMINATE_BACKENDS",
+    "APPLIED_MIGRATIONS",  # Django's django_migrations
     "PROBE_LISTENER",
     "UNLISTEN_ALL",
     "DROP_END_PARENTS_FUNCTION",

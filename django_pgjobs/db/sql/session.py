@@ -83,3 +83,9 @@ SELECT rolname, rolsuper, rolcreaterole, rolcreatedb
 FROM pg_roles
 WHERE rolname = current_user
 """
+
+APPLIED_MIGRATIONS = """
+-- The migrations of app %(app)s applied on this database (a system check compares them
+-- with the app's files; the table is missing before the first migrate).
+SELECT name FROM django_migrations WHERE app = %(app)s
+"""
