@@ -90,6 +90,18 @@ def _scope_version() -> str | None:
         return None
 
 
+def current_ids() -> tuple[str, str] | None:
+    """The current span's trace and span ids in W3C hex (the JSON logs' trace_id and
+    span_id); None outside a span, or without the API."""
+    api = _otel()
+    if not api:
+        return None
+    context = api.trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"{context.trace_id:032x}", f"{context.span_id:016x}"
+
+
 # Enqueues ------------------------------------------------------------------------
 
 

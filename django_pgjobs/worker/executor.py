@@ -37,6 +37,7 @@ from django_pgjobs.exceptions import (
     ResultTooLarge,
     Retry,
 )
+from django_pgjobs.logs import job_fields
 from django_pgjobs.options import validate_retry_delay
 from django_pgjobs.payloads import encode_result
 from django_pgjobs.registry import JobDefinition
@@ -60,13 +61,22 @@ def runs_on_loop(definition: JobDefinition | None) -> bool:
     return definition is not None and definition.is_async and not definition.atomic
 
 
+#: How a worker finds kinds, as the unknown-kind error says it.
+WORKERS_FIND_KINDS = (
+    "Workers know the @job functions of every installed app's jobs.py, of "
+    "PGJOBS['JOB_MODULES'] and of runjobs --import: a kind defined elsewhere "
+    "(shop/tasks.py, say) is unknown to them."
+)
+
+
 def unknown_kind_error(kind: str) -> str:
     """The error of a job whose kind this worker has no handler for (S25): what to do."""
     close = registry.closest_kinds(kind)
     guess = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
     return (
-        f"unknown job kind '{kind}': this worker has no handler of that name. After "
-        f"deploying a new kind, restart the workers; otherwise check the spelling{guess}."
+        f"unknown job kind '{kind}': this worker has no handler of that name. "
+        f"{WORKERS_FIND_KINDS} After deploying a new kind, restart the workers; otherwise "
+        f"check the spelling{guess}."
     )
 
 
@@ -147,13 +157,15 @@ class Executor:
             return None, self._finish(handle, Verdict.FAIL, started, failure=failure)
         if handle.cancelled:  # cancelled while it waited for a thread
             return None, self._finish(handle, Verdict.CANCELLED, started)
-        logger.debug(
-            "job start id=%s kind=%s attempt=%s/%s",
-            handle.id,
-            handle.kind,
-            handle.attempt,
-            handle.max_attempts,
-        )
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "job start id=%s kind=%s attempt=%s/%s",
+                handle.id,
+                handle.kind,
+                handle.attempt,
+                handle.max_attempts,
+                extra=job_fields(handle),
+            )
         signals.send(signals.job_started, handle.kind, handle=handle)
         return definition, None
 
@@ -436,39 +448,30 @@ def _as_recorded(outcome: Outcome) -> Outcome:
 
 
 def _log(outcome: Outcome) -> None:
+    """Log how a run ended (with the job's fields, for `runjobs --log-format json`)."""
     handle = outcome.handle
-    where = (handle.id, handle.kind, handle.attempt, handle.max_attempts, outcome.duration)
+    error = outcome.failure.error if outcome.failure else None
+    args: tuple[Any, ...]
     if outcome.verdict in (Verdict.ACK, Verdict.RECORDED):
-        logger.info("job done id=%s kind=%s attempt=%s/%s duration=%.3fs", *where)
+        level, text, args = logging.INFO, "job done %s", ()
     elif outcome.verdict is Verdict.CANCELLED:
-        logger.warning(
-            "job cancelled id=%s kind=%s attempt=%s/%s duration=%.3fs reason=%r",
-            *where,
-            handle.control.reason or "cancelled",
-        )
+        level, text = logging.WARNING, "job cancelled %s reason=%r"
+        args = (handle.control.reason or "cancelled",)
     elif outcome.verdict is Verdict.LOST:
-        logger.warning(
-            "job lost id=%s kind=%s attempt=%s/%s duration=%.3fs: the claim lapsed or was "
-            "taken over; nothing recorded",
-            *where,
-        )
+        level, args = logging.WARNING, ()
+        text = "job lost %s: the claim lapsed or was taken over; nothing recorded"
     elif outcome.verdict is Verdict.FAIL:
-        logger.error(
-            "job dead id=%s kind=%s attempt=%s/%s duration=%.3fs reason=%r",
-            *where,
-            outcome.failure.error if outcome.failure else "failed",
-        )
+        level, text, args = logging.ERROR, "job dead %s reason=%r", (error or "failed",)
     elif handle.is_last_attempt:
-        logger.error(
-            "job dead id=%s kind=%s attempt=%s/%s duration=%.3fs reason='max attempts "
-            "exceeded' error=%r",
-            *where,
-            outcome.failure.error if outcome.failure else None,
-        )
+        level, args = logging.ERROR, (error,)
+        text = "job dead %s reason='max attempts exceeded' error=%r"
     else:
-        logger.warning(
-            "job failed id=%s kind=%s attempt=%s/%s duration=%.3fs retry_in=%ss error=%r",
-            *where,
-            f"{outcome.delay:g}",
-            outcome.failure.error if outcome.failure else None,
-        )
+        level, text = logging.WARNING, "job failed %s retry_in=%ss error=%r"
+        args = (f"{outcome.delay:g}", error)
+    if not logger.isEnabledFor(level):
+        return
+    where = (
+        f"id={handle.id} kind={handle.kind} attempt={handle.attempt}/{handle.max_attempts} "
+        f"duration={outcome.duration:.3f}s"
+    )
+    logger.log(level, text, where, *args, extra=job_fields(handle, outcome))

@@ -279,12 +279,19 @@ class Leases:
                 describe(error),
             )
             return
+        if released == len(handles):
+            logger.log(
+                level, "%s: %s handed back (pending again, the attempt refunded)", which, released
+            )
+            return
         logger.log(
             level,
-            "handed back %s of %s %s (the rest return when their lease lapses)",
+            "%s: %s of %s handed back (pending again, the attempt refunded); the other %s "
+            "ended meanwhile, or come back when their lease lapses",
+            which,
             released,
             len(handles),
-            which,
+            len(handles) - released,
         )
 
 

@@ -30,6 +30,7 @@ from django_pgjobs.claims import JobHandle, Verdict, run_after_recorded
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.models import Job, QueueControl
+from django_pgjobs.worker import announce
 from django_pgjobs.worker.completer import Completer
 from django_pgjobs.worker.faults import Faults, describe
 from django_pgjobs.worker.leases import Leases
@@ -114,7 +115,10 @@ class _Stopping:
         self.requested = threading.Event()
         self.deadline: float | None = None
         self.signals = 0
+        #: The first signal that asked for the stop (None: stop() was called).
+        self.signal: int | None = None
         self.waiting_released = False
+        self.announced = False
 
 
 class _StatusReport:
@@ -289,6 +293,7 @@ class Worker:
                 self.options.burst,
                 self.listen,
             )
+            announce.kinds()
             self._loop()
         finally:
             self.completer.counts.write(time.monotonic(), final=True)
@@ -337,6 +342,8 @@ class Worker:
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             self.stopping.signals += 1
+            if self.stopping.signal is None:
+                self.stopping.signal = signum
             if self.stopping.signals > 1:
                 # A second signal: leave now. Leases bring the in-flight jobs back.
                 os.write(
@@ -368,6 +375,13 @@ class Worker:
             self._contained("collect outcomes", self._collect)
             self._contained("record outcomes", self._flush)
             if stopping.requested.is_set():
+                if not stopping.announced:
+                    stopping.announced = True
+                    announce.stop(
+                        [handle.id for handle in self.leases.handles()],
+                        stopping.grace,
+                        stopping.signal,
+                    )
                 self._contained("hand back waiting jobs", self._release_waiting)
                 if not len(self.leases) and not self.completer.unflushed:
                     return

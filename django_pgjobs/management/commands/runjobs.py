@@ -6,6 +6,7 @@ import argparse
 import importlib
 import logging
 import sys
+import threading
 import time
 from typing import Any, TextIO
 
@@ -14,6 +15,7 @@ from django.db import DatabaseError, OperationalError, ProgrammingError, connect
 
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.exceptions import InvalidJobOption
+from django_pgjobs.logs import JsonFormatter
 from django_pgjobs.models import Job, QueueControl
 from django_pgjobs.worker import Worker, WorkerStats, default_queues, queues_of_database
 
@@ -66,12 +68,17 @@ def _seconds(text: str) -> float:
 
 class StatusLine:
     """Show the worker's counters: a line redrawn in place on a terminal, otherwise a log
-    line every `log_every` seconds."""
+    line every `log_every` seconds. On a terminal, a log line first clears it (see
+    ClearsStatus): every message stands on its own line."""
 
     def __init__(self, stream: TextIO, *, log_every: float = 60.0) -> None:
         self.stream = stream
         self.tty = stream.isatty()
         self.log_every = log_every
+        #: Held while the line is drawn or cleared (the loop draws, any thread logs).
+        self.lock = threading.RLock()
+        #: Whether the line is on the terminal now (a log message clears it first).
+        self.shown = False
         self._last_time = time.monotonic()
         self._last_finished = 0
         self._last_log = time.monotonic()
@@ -90,16 +97,51 @@ class StatusLine:
             f"in flight {stats.in_flight}  {self._rate:,.1f} jobs/s"
         )
         if self.tty:
-            self.stream.write(f"\r\x1b[K{text}")
-            self.stream.flush()
+            with self.lock:
+                self.stream.write(f"\r\x1b[K{text}")
+                self.stream.flush()
+                self.shown = True
         elif now - self._last_log >= self.log_every:
             self._last_log = now
             logging.getLogger("django_pgjobs.worker").info("status %s", text)
 
+    def clear(self) -> None:
+        """Take the line off the terminal (the next status redraws it)."""
+        with self.lock:
+            if self.shown:
+                self.stream.write("\r\x1b[K")
+                self.shown = False
+
     def close(self) -> None:
         if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
+            with self.lock:
+                if self.shown:
+                    self.stream.write("\n")
+                    self.shown = False
+                self.stream.flush()
+
+
+class ClearsStatus(logging.Filter):
+    """Takes the status line off the terminal before a handler writes a message to it,
+    so that no message is glued onto the status (added to every handler of the process
+    that writes to that terminal, the project's own included)."""
+
+    def __init__(self, status: StatusLine) -> None:
+        super().__init__()
+        self.status = status
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.status.clear()
+        return True
+
+    def attach(self) -> None:
+        """Add this filter to every handler that writes to the status line's terminal."""
+        loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+        for logger in loggers:
+            for handler in getattr(logger, "handlers", ()):
+                stream = getattr(handler, "stream", None)
+                if stream is self.status.stream and self not in handler.filters:
+                    handler.addFilter(self)
 
 
 class Command(BaseCommand):
@@ -190,9 +232,18 @@ class Command(BaseCommand):
             action="store_true",
             help="No live status line (one is shown on a terminal).",
         )
+        parser.add_argument(
+            "--log-format",
+            choices=("text", "json"),
+            default="text",
+            help="text: lines for people (the default); json: one JSON object a line for "
+            "log shippers (time, level, worker, job id, kind, queue, attempt, outcome, "
+            "duration, trace id), which also switches the status line off.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        _configure_logging(options["verbosity"])
+        json_logs = options["log_format"] == "json"
+        console = _configure_logging(options["verbosity"], json_logs=json_logs)
         for module in options["imports"]:
             _import(module)
         database = self._database(options["database"], options["queues"])
@@ -208,7 +259,9 @@ class Command(BaseCommand):
         if options["metrics_port"]:
             addr = options["metrics_addr"] or pgjobs_settings.METRICS_ADDR
             self._serve_metrics(options["metrics_port"], addr)
-        status = None if options["no_status"] else StatusLine(sys.stderr)
+        status = None if options["no_status"] or json_logs else StatusLine(sys.stderr)
+        if status is not None and status.tty:
+            ClearsStatus(status).attach()
         try:
             worker = Worker(
                 queues=queues,
@@ -227,6 +280,8 @@ class Command(BaseCommand):
             )
         except (InvalidJobOption, ValueError) as error:
             raise CommandError(str(error)) from None
+        if console is not None and isinstance(console.formatter, JsonFormatter):
+            console.formatter.worker_id = worker.worker_id
         try:
             code = worker.run()
         finally:
@@ -329,17 +384,26 @@ def _import(module: str) -> None:
         ) from None
 
 
-def _configure_logging(verbosity: int) -> None:
-    """Give django_pgjobs' loggers a console handler unless the project configured one.
+def _configure_logging(verbosity: int, *, json_logs: bool = False) -> logging.Handler | None:
+    """Give django_pgjobs' loggers a console handler unless the project configured one;
+    return it (None: the project's handlers write the lines). With `json_logs`, the
+    handler writes JSON lines (django_pgjobs.logs) whatever the project configured, and
+    the package's lines go to it alone.
 
     Verbosity 0: errors. 1: worker lifecycle, retries and dead letters. 2: every job's
     finish. 3: every job's start too.
     """
     package = logging.getLogger("django_pgjobs")
-    if package.handlers or logging.getLogger().handlers:
-        return
+    if not json_logs and (package.handlers or logging.getLogger().handlers):
+        return None
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    if json_logs:
+        handler.setFormatter(JsonFormatter())
+        for existing in list(package.handlers):
+            package.removeHandler(existing)
+        package.propagate = False
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     package.addHandler(handler)
     package.setLevel(logging.DEBUG)
     worker_level, jobs_level = {
@@ -350,3 +414,4 @@ def _configure_logging(verbosity: int) -> None:
     logging.getLogger("django_pgjobs.worker").setLevel(worker_level)
     logging.getLogger("django_pgjobs.maintenance").setLevel(worker_level)
     logging.getLogger("django_pgjobs.jobs").setLevel(jobs_level)
+    return handler
