@@ -54,8 +54,8 @@ JOB_ID_MAX = 2**63 - 1
 LISTING_MAX = 100_000
 
 JSON_HELP = (
-    "print one JSON document instead of tables (its keys: 'jobsctl --json' in the "
-    "production how-to)"
+    "print one JSON document instead of tables (its keys: 'jobsctl for scripts' in the "
+    "how-to 'Running django_pgjobs in production')"
 )
 
 
