@@ -156,6 +156,13 @@ class QueueControlManager(models.Manager["QueueControl"]):
         dead = Job.objects.queue_names(dead=True, using=alias)
         return sorted({*controlled, *live, *dead})
 
+    def holding_anything(self, queues: Sequence[str], *, using: str | None = None) -> list[str]:
+        """Those of `queues` the database has a row, a job in any state (waiting and done
+        too) or a dead letter of."""
+        names = options.validate_queue_names(list(queues))
+        rows = db.fetchall(sql.QUEUES_HOLDING_ANYTHING, {"queues": names}, using)
+        return [row[0] for row in rows]
+
     def ensure(self, queues: Iterable[str], *, using: str | None = None) -> None:
         """Give every queue of `queues` a row (no pause, no limit) if it has none."""
         names = options.validate_queue_names(list(queues)) if queues else []

@@ -449,6 +449,15 @@ class TestPauseAndResume:
         assert jobsctl("pause", "graveyard", "limited").startswith("Paused graveyard, limited")
         assert jobsctl("resume", "graveyard").startswith("Resumed graveyard")
 
+    def test_a_queue_whose_jobs_all_wait_or_are_done_is_known(self) -> None:
+        Job.objects.enqueue("demo.t", queue="finished", result_retention=3600)
+        handle = Job.objects.claim_one("finished", "w")
+        assert handle is not None and handle.ack()
+        parent = Job.objects.enqueue("demo.t", queue="parents").id
+        child = Job.objects.enqueue("demo.t", queue="children", after=[parent]).id
+        assert row(child, "state") == ("waiting",)
+        assert jobsctl("pause", "finished", "children").startswith("Paused children, finished:")
+
     def test_a_bad_name_is_refused_before_anything_is_looked_up(self) -> None:
         assert refused("pause", "--create", "white space") == (
             "Queue name 'white space' may only contain letters, digits and _ . : -"

@@ -244,6 +244,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "PAUSE_QUEUES": {"queues": ["default"]},
     "RESUME_QUEUES": {"queues": ["default"], **WAKE},
     "SET_QUEUE_LIMIT": {"queue": "default", "max_running": 2, "from_settings": False, **WAKE},
+    "QUEUES_HOLDING_ANYTHING": {"queues": ["default", "emails"]},
     "LIFT_SETTINGS_LIMITS": {"queues": ["default"]},
     "SET_QUEUE_RATE": {"queue": "default", "rate_limit": 10, "rate_period_s": 60.0, **WAKE},
     "DUE_SCHEDULES": {"limit": 10},

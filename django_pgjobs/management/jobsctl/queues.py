@@ -214,6 +214,10 @@ def _known(queues: Sequence[str], *, action: str, create: bool) -> list[str]:
         return names
     known = known_queues()
     unknown = [name for name in names if name not in known]
+    for database in pgjobs_settings.databases() if unknown else []:
+        # Waiting and done jobs, which the listing of known queues does not read.
+        held = QueueControl.objects.holding_anything(unknown, using=database)
+        unknown = [name for name in unknown if name not in held]
     if not unknown:
         return names
     one = len(unknown) == 1
