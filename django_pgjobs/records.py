@@ -172,6 +172,27 @@ class RunningJob:
     read_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A dead letter as a listing shows it (`jobsctl dead`)."""
+
+    id: int
+    queue: str
+    kind: str
+    key: str | None
+    reason: str
+    #: Its category as filed (a DeadCategory value: the stored one, or "dependency" read
+    #: from its reason); None when none was recorded.
+    category: str | None
+    attempts: int
+    max_attempts: int
+    last_error: str | None
+    created_at: datetime
+    died_at: datetime
+    #: Seconds since it died, on the database clock.
+    died_s_ago: float
+
+
 class Heartbeats(NamedTuple):
     """What a background heartbeat found: the claims extended, and the claims whose job
     is gone for good, each with why (their handlers are told, S32)."""

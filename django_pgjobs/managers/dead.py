@@ -1,23 +1,88 @@
-"""`DeadJob.objects`: dead letters back to work (S3 merge), and their retention (S24)."""
+"""`DeadJob.objects`: dead letters listed and back to work (S3 merge), and their retention
+(S24)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import models
 
+from django_pgjobs import options
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
 from django_pgjobs.managers import workflows
-from django_pgjobs.records import RequeueResult
+from django_pgjobs.records import DeadLetter, RequeueResult
+from django_pgjobs.states import DeadCategory
 
 if TYPE_CHECKING:
     from django_pgjobs.models import DeadJob  # noqa: F401
 
+#: The category filter's name for the letters that have none recorded
+#: (`DeadJob.in_category(None)`), as the admin's reason filter calls them.
+UNRECORDED_CATEGORY = "other"
+#: Every category a filter of dead letters may name.
+CATEGORY_FILTERS = (*DeadCategory.values, UNRECORDED_CATEGORY)
+#: The letters `requeue_matching` moves per transaction (as the admin's actions do).
+REQUEUE_BATCH = 1000
+
 
 class DeadJobManager(models.Manager["DeadJob"]):
-    """Dead letters: requeue and prune."""
+    """Dead letters: list, requeue and prune."""
+
+    def letters(
+        self,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        category: str | None = None,
+        limit: int = 50,
+        using: str | None = None,
+    ) -> list[DeadLetter]:
+        """Up to `limit` dead letters, the newest first: of the kinds that begin with
+        `kind`, of `queue`, of `category` (a DeadCategory value, or "other": none
+        recorded); None filters nothing.
+
+        Raises:
+            InvalidJobOption: a kind or a queue name no job can have.
+            ValueError: a category that is none of CATEGORY_FILTERS, a limit below 1.
+        """
+        if limit < 1:
+            raise ValueError(f"A listing's limit must be 1 or more, not {limit}.")
+        params = {**_letter_filters(kind, queue, category), "limit": limit}
+        return [DeadLetter(**row) for row in db.fetch_named(sql.DEAD_LETTERS, params, using)]
+
+    def requeue_matching(
+        self,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        category: str | None = None,
+        using: str | None = None,
+    ) -> RequeueResult:
+        """Requeue every dead letter that matches the filters (as `letters` reads them,
+        None filtering nothing) and had died when the call began, REQUEUE_BATCH letters
+        per transaction, each as `requeue` moves it: a letter that dies again meanwhile
+        stays dead.
+
+        Raises:
+            InvalidJobOption: a kind or a queue name no job can have.
+            ValueError: a category that is none of CATEGORY_FILTERS.
+        """
+        params = {
+            **_letter_filters(kind, queue, category),
+            "died_by": db.clock(using),
+            "limit": REQUEUE_BATCH,
+        }
+        requeued = merged = after = 0
+        while True:
+            rows = db.fetchall(sql.DEAD_LETTER_IDS, {**params, "after": after}, using)
+            if not rows:
+                return RequeueResult(requeued=requeued, merged=merged)
+            ids = [int(row[0]) for row in rows]
+            result = self.requeue(ids, using=using)
+            requeued, merged = requeued + result.requeued, merged + result.merged
+            after = ids[-1]
 
     def requeue(self, ids: Iterable[int], *, using: str | None = None) -> RequeueResult:
         """Move dead letters back to pending, attempts reset and expiry cleared.
@@ -62,3 +127,23 @@ class DeadJobManager(models.Manager["DeadJob"]):
         params = {"queues": list(queues), "retention_s": retention_s, "limit": limit}
         ((pruned,),) = db.fetchall(sql.PRUNE_DEAD_OUTSIDE_QUEUES, params, using)
         return int(pruned)
+
+
+def _letter_filters(kind: str | None, queue: str | None, category: str | None) -> dict[str, Any]:
+    """The parameters of DEAD_LETTERS' filters, each checked: a kind prefix and a queue
+    name as an enqueue checks them (a filter no job can match is a mistake to say, not an
+    empty answer), a category among CATEGORY_FILTERS."""
+    from django_pgjobs.models import DEPENDENCY_REASON_PREFIX
+
+    if category is not None and category not in CATEGORY_FILTERS:
+        raise ValueError(
+            f"{category!r} is no category of dead letters: one of {', '.join(CATEGORY_FILTERS)}."
+        )
+    # "_" is the one character of a kind that LIKE reads as a wildcard ("%" is none's).
+    pattern = None if kind is None else options.validate_kind(kind).replace("_", "\\_") + "%"
+    return {
+        "kind_pattern": pattern,
+        "queue": None if queue is None else options.validate_queue_name(queue),
+        "category": category,
+        "dependency_prefix": DEPENDENCY_REASON_PREFIX,
+    }

@@ -145,6 +145,24 @@ class QueueControlManager(models.Manager["QueueControl"]):
             )
         return statuses
 
+    def names(self, *, using: str | None = None) -> list[str]:
+        """Every queue the database knows of: with a row (a control), jobs or dead
+        letters; and the configured ones (PGJOBS["QUEUES"])."""
+        from django_pgjobs.models import Job
+
+        alias = db.alias(using)
+        controlled = self.using(alias).values_list("name", flat=True)
+        live = Job.objects.queue_names(using=alias)
+        dead = Job.objects.queue_names(dead=True, using=alias)
+        return sorted({*controlled, *live, *dead})
+
+    def holding_anything(self, queues: Sequence[str], *, using: str | None = None) -> list[str]:
+        """Those of `queues` the database has a row, a job in any state (waiting and done
+        too) or a dead letter of."""
+        names = options.validate_queue_names(list(queues))
+        rows = db.fetchall(sql.QUEUES_HOLDING_ANYTHING, {"queues": names}, using)
+        return [row[0] for row in rows]
+
     def ensure(self, queues: Iterable[str], *, using: str | None = None) -> None:
         """Give every queue of `queues` a row (no pause, no limit) if it has none."""
         names = options.validate_queue_names(list(queues)) if queues else []

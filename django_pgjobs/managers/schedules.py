@@ -19,7 +19,7 @@ from django_pgjobs.db import sql
 from django_pgjobs.records import DueSchedule, SyncResult
 
 if TYPE_CHECKING:
-    from django_pgjobs.models import Schedule  # noqa: F401
+    from django_pgjobs.models import Schedule
 
 
 class ScheduleManager(models.Manager["Schedule"]):
@@ -99,6 +99,11 @@ class ScheduleManager(models.Manager["Schedule"]):
             ]
             db.rowcount(sql.RECORD_SCHEDULE_JOB, {"name": due.name, "job_id": job_ids[-1]}, alias)
         return job_ids
+
+    def by_name(self, *, using: str | None = None) -> dict[str, Schedule]:
+        """Every schedule, enabled or not, by name in name order."""
+        found = self.using(db.alias(using)).order_by("name")
+        return {schedule.name: schedule for schedule in found}
 
     def run_now(self, names: Sequence[str], *, using: str | None = None) -> list[int]:
         """Enqueue a job of each schedule now, leaving its next tick as it is."""

@@ -165,7 +165,9 @@ class TestJobsctl:
             "queue",
             "runnable",
             "scheduled",
+            "retrying",
             "running",
+            "done",
             "rate",
             "paused",
             "dead",
@@ -174,11 +176,11 @@ class TestJobsctl:
         ]
         mail = next(line for line in lines if line.startswith("mail"))
         reports = next(line for line in lines if line.startswith("reports"))
-        assert mail.split()[:6] == ["mail", "1", "1", "0", "100/m", "yes"]
-        assert reports.split()[:6] == ["reports", "0", "0", "1", "of", "4"]
+        assert mail.split()[:8] == ["mail", "1", "1", "0", "0", "0", "100/m", "yes"]
+        assert reports.split()[:7] == ["reports", "0", "0", "0", "1", "of", "4"]
 
     def test_pause_resume_and_limit_report_what_they_did(self) -> None:
-        assert "Paused mail" in self.run("pause", "mail")
+        assert "Paused mail" in self.run("pause", "--create", "mail")  # a new queue
         assert QueueControl.objects.get(name="mail").paused
         assert "Resumed mail" in self.run("resume", "mail")
         assert "Not paused" in self.run("resume", "mail")

@@ -189,3 +189,85 @@ def test_jobsctl_acts_on_the_database_of_the_queue_or_job_it_names() -> None:
             assert conn.execute("SELECT count(*) FROM pgjobs_job").fetchone() == (0,)
             dead = conn.execute("SELECT id, reason FROM pgjobs_dead ORDER BY id").fetchall()
             assert dead == [(1, "cancelled"), (2, "cancelled")]
+
+
+LETTERS = """
+from django_pgjobs.models import Job
+
+for queue, alias in (("ingestion", "jobs_a"), ("default", "default"), ("ingestion", "jobs_a")):
+    job_id = Job.objects.enqueue("billing.charge", {}, queue=queue).id
+    handle = Job.objects.claim_one(queue, "w", using=alias)
+    assert handle.id == job_id and handle.fail("declined")
+    print("letter", alias, job_id)
+"""
+
+
+def test_jobsctl_dead_requeue_and_pause_act_on_the_database_they_name() -> None:
+    """Issue 31.5: the new commands act on the database of the queue or the letter they
+    name, read every database otherwise, and say which."""
+    import json
+
+    with three_databases() as env:
+        for alias in ("default", "jobs_a", "jobs_b"):
+            manage_py(env, "migrate", "--run-syncdb", "--database", alias, "-v0")
+        shown = manage_py(env, "shell", "-c", LETTERS)
+        assert "letter jobs_a 1" in shown and "letter default 1" in shown
+        assert "letter jobs_a 2" in shown
+
+        lines = manage_py(env, "jobsctl", "dead").splitlines()
+        assert lines[0].split() == ["id", "kind", "queue", "reason", "died", "database"]
+        assert sorted((line.split()[0], line.split()[-1]) for line in lines[2:]) == [
+            ("1", "default"),
+            ("1", "jobs_a"),
+            ("2", "jobs_a"),
+        ]
+        routed = json.loads(manage_py(env, "jobsctl", "dead", "--queue", "ingestion", "--json"))
+        assert routed["databases"] == ["jobs_a"]
+        assert sorted(each["id"] for each in routed["letters"]) == [1, 2]
+        assert {each["database"] for each in routed["letters"]} == {"jobs_a"}
+
+        ambiguous = jobsctl(env, "requeue", "1")
+        assert ambiguous.returncode != 0, ambiguous.stdout
+        assert "jobsctl requeue --database jobs_a 1" in ambiguous.stderr
+        assert "Nothing was requeued" in ambiguous.stderr
+        assert manage_py(env, "jobsctl", "requeue", "2").startswith(
+            "Requeued 1 of 1 job(s) in database jobs_a: back to pending"
+        )
+        assert manage_py(env, "jobsctl", "requeue", "--database", "jobs_a", "1").startswith(
+            "Requeued 1 of 1 job(s) in database jobs_a"
+        )
+        nothing = jobsctl(env, "requeue", "--all", "--queue", "ingestion")
+        assert nothing.returncode != 0
+        assert (
+            "No dead letter of queue 'ingestion' (read database jobs_a): nothing was requeued"
+            in nothing.stderr
+        )
+        missing = jobsctl(env, "requeue", "7")
+        assert missing.returncode != 0
+        assert (
+            "No dead letter has the id 7 (read database default, database jobs_a, database "
+            "jobs_b): nothing was requeued." in missing.stderr
+        )
+        assert manage_py(env, "jobsctl", "requeue", "--all").strip() == (
+            "Requeued 1 dead letter in database default: back to pending with fresh attempts."
+        )
+
+        assert manage_py(env, "jobsctl", "pause", "purge").startswith(
+            "Paused purge in database jobs_b:"
+        )
+        unknown = jobsctl(env, "pause", "nosuch")
+        assert unknown.returncode != 0
+        assert "databases default, jobs_a, jobs_b hold no job" in unknown.stderr
+        status = json.loads(manage_py(env, "jobsctl", "status", "--json"))
+        by_database = {each["database"]: each for each in status["databases"]}
+        assert list(by_database) == ["default", "jobs_a", "jobs_b"]
+        assert [q["queue"] for q in by_database["jobs_b"]["queues"]] == ["purge"]
+        assert by_database["jobs_b"]["queues"][0]["paused"] is True
+        ingestion = by_database["jobs_a"]["queues"][0]
+        assert (ingestion["queue"], ingestion["runnable"], ingestion["dead"]) == ("ingestion", 2, 0)
+        running = json.loads(manage_py(env, "jobsctl", "running", "--json"))
+        assert running == {"databases": ["default", "jobs_a", "jobs_b"], "jobs": [], "more": False}
+
+        with psycopg.connect(env["JOBS_A_URL"]) as conn:
+            assert conn.execute("SELECT count(*) FROM pgjobs_dead").fetchone() == (0,)
+            assert conn.execute("SELECT count(*) FROM pgjobs_job").fetchone() == (2,)

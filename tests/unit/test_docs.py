@@ -57,6 +57,13 @@ def test_the_commands_reference_lists_every_option_of_the_parser(name: str, app:
                     assert f"`{option}" in page, option
 
 
+def test_the_commands_reference_holds_nested_subcommands_with_their_description() -> None:
+    page = docs_reference("commands").command_markdown("jobsctl", "django_pgjobs")
+    for name in ("schedules enable", "schedules disable", "schedules run"):
+        assert f"### jobsctl {name}\n" in page, name
+    assert "as the admin's Run now does" in page  # the description, not the one-line help
+
+
 def test_the_signals_reference_holds_every_signal_with_the_arguments_it_is_sent_with() -> None:
     page = docs_reference("signals").signals_markdown()
     for name in ("job_enqueued", "job_started", "job_finished", "job_dead"):

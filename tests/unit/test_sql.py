@@ -54,6 +54,13 @@ ONE_JOB = {
     "rate_period_s": None,
     "on_conflict": "replace",
 }
+# A listing's filters of dead letters: a kind prefix (LIKE), a queue, a category.
+DEAD_FILTERS = {
+    "kind_pattern": "demo.%",
+    "queue": "default",
+    "category": "dependency",
+    "dependency_prefix": "dependency failed: ",
+}
 SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "ENQUEUE_JOB": {**ONE_JOB, **WAKE, **TRACE},
     "INSERT_JOB": {**ONE_JOB, **WAKE, **TRACE},
@@ -178,6 +185,8 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "RUN_JOBS_NOW": {"ids": [1], **WAKE},
     "DELETE_DEAD_JOBS": {"ids": [1]},
     "FILE_DEAD_LETTERS": {"after": 0, "limit": 10},
+    "DEAD_LETTERS": {**DEAD_FILTERS, "limit": 10},
+    "DEAD_LETTER_IDS": {**DEAD_FILTERS, "after": 0, "died_by": TICK, "limit": 10},
     "FIRST_EDGES_OF_JOB": {"id": 1, "limit": 20},
     "EDGE_COUNTS_OF_JOB": {"id": 1, "cap": 1000},
     "READ_JOBS": {"ids": [1, 2]},
@@ -240,6 +249,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "PAUSE_QUEUES": {"queues": ["default"]},
     "RESUME_QUEUES": {"queues": ["default"], **WAKE},
     "SET_QUEUE_LIMIT": {"queue": "default", "max_running": 2, "from_settings": False, **WAKE},
+    "QUEUES_HOLDING_ANYTHING": {"queues": ["default", "emails"]},
     "LIFT_SETTINGS_LIMITS": {"queues": ["default"]},
     "SET_QUEUE_RATE": {"queue": "default", "rate_limit": 10, "rate_period_s": 60.0, **WAKE},
     "DUE_SCHEDULES": {"limit": 10},
@@ -396,6 +406,30 @@ def test_pruning_batches_walks_an_index_of_their_ends() -> None:
         plan = "\n".join(line for (line,) in cursor.fetchall())
     assert "pgjobs_batch_ended" in plan, plan
     assert "Seq Scan on pgjobs_batch " not in plan, plan
+
+
+@pytest.mark.parametrize(
+    ("filters", "index"),
+    [
+        ({}, "pgjobs_dead_died_at"),
+        ({"queue": "emails"}, "pgjobs_dead_queue"),
+        ({"category": "failed"}, "pgjobs_dead_category"),
+        ({"category": "dependency"}, "pgjobs_dead_category"),
+        ({"kind_pattern": "billing.%"}, "pgjobs_dead_kind_prefix"),
+    ],
+)
+def test_a_listing_of_dead_letters_walks_the_index_of_its_filter(
+    filters: dict[str, str], index: str
+) -> None:
+    """`jobsctl dead` reads along the dead table's indexes, as the admin's list does: the
+    filters a listing leaves out fold away, never a scan of every letter."""
+    nothing = dict.fromkeys(("kind_pattern", "queue", "category"))
+    params = {**DEAD_FILTERS, **nothing, **filters, "limit": 50}
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + sql.DEAD_LETTERS, params)
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+    assert f" using {index} on pgjobs_dead" in plan, plan
 
 
 def test_every_statement_that_writes_a_dead_letter_names_its_category() -> None:

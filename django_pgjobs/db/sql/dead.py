@@ -140,3 +140,47 @@ filed AS (
 )
 SELECT max(id) FROM batch
 """
+
+#: Whether dead letter `d` matches the filters of a listing: its kind begins with
+#: %(kind_pattern)s (a LIKE pattern), its queue is %(queue)s, its category is %(category)s
+#: (each NULL: any). A category is the stored one, else "dependency" for a letter of
+#: pgjobs_end_parents (its reason begins with %(dependency_prefix)s), and "other" names
+#: the letters with none recorded: as DeadJob.filed_category and in_category read them.
+_MATCHING_LETTER = """
+    (%(kind_pattern)s::text IS NULL OR d.kind LIKE %(kind_pattern)s::text)
+    AND (%(queue)s::text IS NULL OR d.queue = %(queue)s::text)
+    AND CASE
+        WHEN %(category)s::text IS NULL THEN true
+        WHEN %(category)s::text = 'dependency'
+            THEN d.category IS NULL AND starts_with(d.reason, %(dependency_prefix)s::text)
+        WHEN %(category)s::text = 'other'
+            THEN d.category IS NULL AND NOT starts_with(d.reason, %(dependency_prefix)s::text)
+        ELSE d.category = %(category)s::text
+    END"""
+
+DEAD_LETTERS = f"""
+-- Up to %(limit)s dead letters matching the filters (kind prefix, queue, category), the
+-- newest first, each with its category as filed and its age in seconds by the database
+-- clock.
+SELECT d.id, d.queue, d.kind, d.key, d.reason,
+       coalesce(d.category, CASE WHEN starts_with(d.reason, %(dependency_prefix)s::text)
+                                 THEN 'dependency' END) AS category,
+       d.attempts, d.max_attempts, d.last_error, d.created_at, d.died_at,
+       extract(epoch FROM now() - d.died_at)::float8 AS died_s_ago
+FROM pgjobs_dead AS d
+WHERE {_MATCHING_LETTER}
+ORDER BY d.died_at DESC, d.id DESC
+LIMIT %(limit)s
+"""
+
+DEAD_LETTER_IDS = f"""
+-- The ids above %(after)s, up to %(limit)s in id order, of the dead letters matching the
+-- filters (kind prefix, queue, category) that had died by %(died_by)s (a time read from
+-- the database's clock): a requeue of every matching letter walks them a batch at a
+-- time, and a letter that dies again meanwhile is not taken twice.
+SELECT d.id
+FROM pgjobs_dead AS d
+WHERE d.id > %(after)s AND d.died_at <= %(died_by)s AND {_MATCHING_LETTER}
+ORDER BY d.id
+LIMIT %(limit)s
+"""

@@ -85,3 +85,18 @@ SET max_running = NULL, limit_from_settings = false, updated_at = now()
 WHERE limit_from_settings AND NOT (name = ANY(%(queues)s::text[]))
 RETURNING name
 """
+
+QUEUES_HOLDING_ANYTHING = """
+-- Those of %(queues)s that have a row, a job in any state or a dead letter: a probe per
+-- name and state along the partial indexes (never a scan of the table), so that a
+-- queue whose jobs all wait for their parents or are done counts as known.
+SELECT q.name
+FROM unnest(%(queues)s::text[]) AS q(name)
+WHERE EXISTS (SELECT 1 FROM pgjobs_queue AS c WHERE c.name = q.name)
+   OR EXISTS (SELECT 1 FROM pgjobs_job AS j WHERE j.state = 'pending' AND j.queue = q.name)
+   OR EXISTS (SELECT 1 FROM pgjobs_job AS j WHERE j.state = 'running' AND j.queue = q.name)
+   OR EXISTS (SELECT 1 FROM pgjobs_job AS j WHERE j.state = 'waiting' AND j.queue = q.name)
+   OR EXISTS (SELECT 1 FROM pgjobs_job AS j WHERE j.state = 'done' AND j.queue = q.name)
+   OR EXISTS (SELECT 1 FROM pgjobs_dead AS d WHERE d.queue = q.name)
+ORDER BY q.name
+"""

@@ -53,7 +53,7 @@ def _default(action: argparse.Action) -> str:
         return "off" if action.default is False else "on"
     if action.default in (None, argparse.SUPPRESS) or action.default == []:
         if not action.option_strings:
-            return "required"
+            return "—" if action.nargs in ("*", "?") else "required"
         setting = _setting_of(action)
         if setting is None:
             return "—"
@@ -71,10 +71,18 @@ def _rows(parser: argparse.ArgumentParser, skip: set[str]) -> list[tuple[str, st
     ]
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+def _subcommands(
+    parser: argparse.ArgumentParser, prefix: str
+) -> Iterator[tuple[str, str, argparse.ArgumentParser]]:
+    """Each subcommand, its subcommands after it: (its name after the command's, what it
+    does, its parser). What it does is its description, else its summary."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            yield from action.choices.items()
+            summaries = {choice.dest: choice.help or "" for choice in action._choices_actions}
+            for name, subparser in action.choices.items():
+                named = f"{prefix}{name}"
+                yield named, subparser.description or summaries.get(name, ""), subparser
+                yield from _subcommands(subparser, f"{named} ")
 
 
 def command_markdown(name: str, app: str) -> str:
@@ -89,17 +97,7 @@ def command_markdown(name: str, app: str) -> str:
     rows = _rows(parser, django_options)
     if rows:
         parts.append(table(("Option", "Default", "What it does"), rows))
-    for action_name, subparser in _subcommands(parser):
-        summary = next(
-            (
-                choice.help
-                for action in parser._actions
-                if isinstance(action, argparse._SubParsersAction)
-                for choice in action._choices_actions
-                if choice.dest == action_name
-            ),
-            "",
-        )
+    for action_name, summary, subparser in _subcommands(parser, ""):
         parts.append(f"### {name} {action_name}\n")
         parts.append(f"{summary}\n")
         usage = subparser.format_usage().strip().replace("usage: ", "usage: ", 1)
