@@ -5,7 +5,12 @@ docstring that disagrees with the code stops the build instead of misleading a r
 from __future__ import annotations
 
 import argparse
+import html
+import io
 import re
+import textwrap
+import warnings
+from pathlib import Path
 
 import pytest
 from django.core.management import load_command_class
@@ -14,7 +19,7 @@ from hypothesis import strategies as st
 
 from django_pgjobs import exceptions, signals
 from django_pgjobs.states import JobState
-from tests.docs import docs_reference
+from tests.docs import DOCS_EXTENSIONS, docs_reference
 from tests.spawn import ROOT
 
 markdown = docs_reference("markdown")
@@ -141,3 +146,57 @@ def test_the_guarantees_page_counts_the_tests_that_pin_each_rule() -> None:
         f"| S{rule}" for rule in stated
     ]
     assert "`test_s9_" in page
+
+
+def build_site(root: Path, pages: dict[str, str], extensions: list[str]) -> tuple[Path, str]:
+    """Build a small Sphinx site of `pages` (docname: MyST text) with the docs' own
+    extensions, as HTML; return the output folder and the warnings it printed."""
+    testing = pytest.importorskip("sphinx.testing.util", reason="needs the docs extra")
+    pytest.importorskip("myst_parser", reason="needs the docs extra")
+    source = root / "source"
+    for docname, text in pages.items():
+        (source / f"{docname}.md").parent.mkdir(parents=True, exist_ok=True)
+        (source / f"{docname}.md").write_text(textwrap.dedent(text))
+    (source / "conf.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(DOCS_EXTENSIONS)!r})\n"
+        f"extensions = {['myst_parser', *extensions]!r}\n"
+        "pgjobs_implementation_signatures = ['django_pgjobs.decorators.job']\n"
+    )
+    printed = io.StringIO()
+    with warnings.catch_warnings():
+        # Sphinx's notices of its own coming API changes, which myst-parser and napoleon
+        # still meet: not the docs' to fix.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        app = testing.SphinxTestApp(
+            "html", srcdir=source, builddir=root / "build", freshenv=True, warning=printed
+        )
+        try:
+            app.build()
+        finally:
+            app.cleanup()  # the nodes and directives Sphinx registers in docutils
+    return root / "build" / "html", re.sub(r"\x1b\[[0-9;]*m", "", printed.getvalue())
+
+
+def html_text(markup: str) -> str:
+    """Return the text of an HTML fragment: tags dropped, entities decoded."""
+    return html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+
+def test_the_api_reference_shows_the_job_decorator_with_one_signature(tmp_path: Path) -> None:
+    """`@job`'s overloads are for type checkers: the page shows the implementation's
+    signature once, with every option, under the name users import."""
+    page = "# API\n\n```{eval-rst}\n.. autodecorator:: django_pgjobs.job\n```\n"
+    site, printed = build_site(
+        tmp_path,
+        {"index": page},
+        ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "pgjobs_reference.directives"],
+    )
+    assert printed == ""
+    api = (site / "index.html").read_text()
+    signatures = re.findall(r'<dt class="sig sig-object py"[^>]*>(.*?)</dt>', api, re.S)
+    assert len(signatures) == 1
+    text = " ".join(html_text(signatures[0]).split())
+    assert text.startswith("@django_pgjobs.job(func:")
+    for option in ("queue", "max_attempts", "result_retention", "concurrency_key", "rate"):
+        assert f" {option}:" in text
