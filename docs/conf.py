@@ -32,6 +32,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
     "pgjobs_reference.directives",
+    "pgjobs_rule_links",
 ]
 source_suffix = {".md": "markdown"}
 root_doc = "index"

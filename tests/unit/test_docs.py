@@ -183,6 +183,72 @@ def html_text(markup: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", markup))
 
 
+RULES_PAGE = """\
+    # The guarantees
+
+    - **S1** An enqueue is one `INSERT`.
+    - **S2** Options are decided once, at enqueue, after S1.
+    """
+
+
+def test_a_rule_number_in_prose_links_to_its_rule_on_the_guarantees_page(tmp_path: Path) -> None:
+    """A rule number on any page becomes a link to its rule's anchor on the guarantees
+    page, each end of a range too, and so does a link to the page that reads one; code,
+    the rule's own bold number and a link of other text are left alone. (No rule number
+    in this docstring: it would count as a test that pins the rule.)"""
+    index = """\
+        # Home
+
+        Options resolve once (S2); both ends of S1\N{EN DASH}S2 link, and so does
+        [S1](explanation/guarantees.md#the-guarantees), to the rule itself.
+        `S2` in code is code, and [the page](explanation/guarantees.md) a link to it.
+
+        ```python
+        S2 = "in a code block"
+        ```
+
+        ```{toctree}
+        explanation/guarantees
+        ```
+        """
+    site, printed = build_site(
+        tmp_path,
+        {"index": index, "explanation/guarantees": RULES_PAGE},
+        ["pgjobs_rule_links"],
+    )
+    assert printed == ""
+    home = (site / "index.html").read_text()
+    prose = home[: home.index('<div class="toctree-wrapper')]
+    links = re.findall(r'<a class="reference internal" href="([^"]+)">(.*?)</a>', prose)
+    to_rules = [(href, html_text(text)) for href, text in links]
+    assert to_rules == [
+        ("explanation/guarantees.html#s2", "S2"),
+        ("explanation/guarantees.html#s1", "S1"),
+        ("explanation/guarantees.html#s2", "S2"),
+        ("explanation/guarantees.html#s1", "S1"),
+        ("explanation/guarantees.html", "the page"),
+    ]
+    assert '<span class="pre">S2</span></code>' in home
+    assert 'S2</span> <span class="o">=</span>' in home  # the code block, unlinked
+    rules = (site / "explanation" / "guarantees.html").read_text()
+    assert '<li id="s1"><p><strong>S1</strong> An enqueue' in rules
+    assert '<li id="s2"><p><strong>S2</strong> Options' in rules
+    assert re.search(r'after <a class="reference internal" href="#s1">.*?S1.*?</a>\.', rules)
+
+
+def test_a_rule_number_the_guarantees_page_does_not_state_is_a_warning(tmp_path: Path) -> None:
+    index = (
+        "# Home\n\nA rule that is not there (S99).\n\n```{toctree}\nexplanation/guarantees\n```\n"
+    )
+    site, printed = build_site(
+        tmp_path,
+        {"index": index, "explanation/guarantees": RULES_PAGE},
+        ["pgjobs_rule_links"],
+    )
+    assert "index.md:3: WARNING: S99 is not a rule the guarantees page states" in printed
+    assert "S99" in (site / "index.html").read_text()
+
+
 def test_the_api_reference_shows_the_job_decorator_with_one_signature(tmp_path: Path) -> None:
     """`@job`'s overloads are for type checkers: the page shows the implementation's
     signature once, with every option, under the name users import."""
