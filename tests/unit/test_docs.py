@@ -17,7 +17,7 @@ from django.core.management import load_command_class
 from hypothesis import given
 from hypothesis import strategies as st
 
-from django_pgjobs import exceptions, signals
+from django_pgjobs import __version__, exceptions, signals
 from django_pgjobs.states import JobState
 from tests.docs import DOCS_EXTENSIONS, docs_reference
 from tests.spawn import ROOT
@@ -146,6 +146,20 @@ def test_the_guarantees_page_counts_the_tests_that_pin_each_rule() -> None:
         f"| S{rule}" for rule in stated
     ]
     assert "`test_s9_" in page
+
+
+def test_the_admin_how_to_shows_what_jobsctl_prints_with_the_version_of_the_code() -> None:
+    """The sample of `jobsctl status` is printed by the command's own code at build time:
+    its columns line up and its version is the package's, whatever the release."""
+    assert "```{pgjobs-jobsctl-workers}" in (ROOT / "docs" / "how-to" / "admin.md").read_text()
+    lines = docs_reference("samples").jobsctl_workers_markdown().splitlines()
+    assert (lines[0], lines[-1]) == ("```text", "```")
+    header, rule, row = lines[1:4]
+    assert header.split()[:2] == ["worker", "state"] and header.endswith("version")
+    assert row.split()[0] == "web-1:4242:9f3a2c" and row.endswith(f"  {__version__}")
+    columns = [dashes.start() for dashes in re.finditer(r"-+", rule)]
+    for line in (header, row):  # each cell starts where its column's dashes do
+        assert [cell.start() for cell in re.finditer(r"(?:^|(?<=  ))\S", line)] == columns
 
 
 def build_site(root: Path, pages: dict[str, str], extensions: list[str]) -> tuple[Path, str]:

@@ -22,7 +22,16 @@ from sphinx.errors import ExtensionError
 from sphinx.pycode import ModuleAnalyzer
 from sphinx.util.docutils import SphinxDirective
 
-from pgjobs_reference import checks, commands, exceptions, rules, settings, signals, states
+from pgjobs_reference import (
+    checks,
+    commands,
+    exceptions,
+    rules,
+    samples,
+    settings,
+    signals,
+    states,
+)
 
 #: Directive name -> the generator of its Markdown.
 GENERATORS: dict[str, Callable[[], str]] = {
@@ -34,6 +43,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "pgjobs-exceptions": exceptions.exceptions_markdown,
     "pgjobs-states": states.states_markdown,
     "pgjobs-rules": rules.rules_markdown,
+    "pgjobs-jobsctl-workers": samples.jobsctl_workers_markdown,
 }
 
 
