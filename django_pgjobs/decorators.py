@@ -193,9 +193,12 @@ def job(
     """Register a function as a job kind.
 
     Args:
+        func: the function, when the decorator is used bare (`@job`); called with
+            options instead (`@job(queue="emails")`), `job` returns the decorator.
         name: the kind; default the function's dotted path (`module.function`).
-        queue, priority, max_attempts, lease, expires, result_retention: defaults for
-            every enqueue of this kind (S2: an explicit option still wins).
+        queue, priority, max_attempts, lease, expires, result_retention: this kind's
+            default (S2: an option given at enqueue wins; UNSET: the queue's setting,
+            then the app's default).
         backoff: `Backoff(base_s, cap_s)` or `(base_s, cap_s)`; default the queue's.
         key: a function of the payload returning the job's key (None: no key).
         on_conflict: the default `on_conflict` of this kind's enqueues.

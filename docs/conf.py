@@ -32,6 +32,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
     "pgjobs_reference.directives",
+    "pgjobs_rule_links",
 ]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
@@ -46,6 +47,10 @@ myst_heading_anchors = 3
 autodoc_typehints = "signature"
 autodoc_member_order = "bysource"
 autodoc_default_options = {"members": False}
+# A signature longer than a line shows one parameter per line.
+python_maximum_signature_line_length = 88
+# `@job` is overloaded for type checkers (bare, or with options): show its one signature.
+pgjobs_implementation_signatures = ["django_pgjobs.decorators.job"]
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 # Docstrings write names as `name`: show them as code, as the Markdown pages do.

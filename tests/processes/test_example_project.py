@@ -4,10 +4,15 @@ ingestion (lease mode, fenced results), purge (transaction mode, bounded batches
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+
 import psycopg
 import pytest
 
-from tests.example import manage
+from tests.example import example_env, manage
+from tests.spawn import ROOT
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -71,14 +76,78 @@ def test_example_project_flows_with_a_real_worker(example_database: str) -> None
     assert (live, dead) == ((0,), (0,))
 
 
-def test_demo_runs_on_a_fresh_database_and_exits_zero(example_database: str) -> None:
-    output = manage(example_database, "demo", "--timeout", "90")
+def run_demo(url: str) -> tuple[str, str]:
+    """Run `manage.py demo` on the example's database; return its stdout and stderr (the
+    progress lines)."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", "demo", "--timeout", "90"],
+        cwd=ROOT,
+        env=example_env(url),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout, result.stderr
+
+
+def test_the_demo_runs_on_a_fresh_database_and_its_numbers_agree_with_the_database(
+    example_database: str,
+) -> None:
+    """It exits 0, and every number it prints counts one thing. The jobs it enqueues add
+    up wherever it counts them (enqueued = runnable + scheduled + waiting; ended = done +
+    dead letters, out of the same total from the first progress line to the last;
+    enqueued = done + dead letters + left in the summary), and what the database holds
+    says the same: the dead letters and their ids, nothing left to run, the retries and
+    dead-lettering runs the worker counted, the queues, the schedules."""
+    output, progress = run_demo(example_database)
     assert "Created the admin user 'admin'" in output
-    assert "== Summary" in output
-    assert "dead letters" in output and "card declined" in output
+    assert "card declined" in output
     assert "runbooks's index: built once, after its batch of 4 summaries (0 failed)" in output
+    enqueued, queues, runnable, scheduled, waiting = map(
+        int,
+        re.search(
+            r"^(\d+) jobs enqueued in (\d+) queues: (\d+) runnable now, (\d+) scheduled a "
+            r"few seconds ahead, (\d+) waiting for other jobs$",
+            output,
+            re.M,
+        ).groups(),
+    )
+    assert enqueued == runnable + scheduled + waiting > 0
+    lines = re.findall(
+        r"\] (\d+)/(\d+) jobs ended: (\d+) done, (\d+) dead letters; (\d+) retries", progress
+    )
+    bars = [tuple(map(int, line)) for line in lines]
+    assert bars and all(
+        total == enqueued and ended == done + dead for ended, total, done, dead, _ in bars
+    )
+    summary = {
+        name: int(value)
+        for name, value in re.findall(
+            r"^  (jobs enqueued|done|dead letters|left to run|retries|schedules) +(\d+)",
+            output,
+            re.M,
+        )
+    }
+    assert summary["jobs enqueued"] == enqueued
+    assert summary["done"] + summary["dead letters"] + summary["left to run"] == enqueued
+    assert bars[-1] == (
+        enqueued,
+        enqueued,
+        summary["done"],
+        summary["dead letters"],
+        summary["retries"],
+    )
+    listed = [int(id_) for id_ in re.findall(r"^  dead: #(\d+) ", output, re.M)]
     with psycopg.connect(example_database) as conn:
-        live = conn.execute("SELECT count(*) FROM pgjobs_job WHERE state <> 'done'").fetchone()
-        dead = conn.execute("SELECT count(*) FROM pgjobs_dead").fetchone()
-    assert live == (0,)
-    assert dead == (4,)
+        dead_ids = [row[0] for row in conn.execute("SELECT id FROM pgjobs_dead ORDER BY id")]
+        left = conn.execute("SELECT count(*) FROM pgjobs_job WHERE state <> 'done'").fetchone()
+        runs = conn.execute(
+            "SELECT sum(retried), sum(dead), count(DISTINCT queue) FROM pgjobs_stats"
+        ).fetchone()
+        schedules = conn.execute("SELECT count(*) FROM pgjobs_schedule WHERE enabled").fetchone()
+    assert listed == dead_ids and len(dead_ids) == summary["dead letters"]
+    assert len(dead_ids) == 4  # two cards declined, two shards broken past their attempts
+    assert left == (summary["left to run"],) == (0,)
+    assert runs == (summary["retries"], summary["dead letters"], queues)
+    assert schedules == (summary["schedules"],)

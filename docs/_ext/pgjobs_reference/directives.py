@@ -18,9 +18,20 @@ from typing import Any
 from docutils import nodes
 from docutils.statemachine import StringList
 from sphinx.application import Sphinx
+from sphinx.errors import ExtensionError
+from sphinx.pycode import ModuleAnalyzer
 from sphinx.util.docutils import SphinxDirective
 
-from pgjobs_reference import checks, commands, exceptions, rules, settings, signals, states
+from pgjobs_reference import (
+    checks,
+    commands,
+    exceptions,
+    rules,
+    samples,
+    settings,
+    signals,
+    states,
+)
 
 #: Directive name -> the generator of its Markdown.
 GENERATORS: dict[str, Callable[[], str]] = {
@@ -32,6 +43,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "pgjobs-exceptions": exceptions.exceptions_markdown,
     "pgjobs-states": states.states_markdown,
     "pgjobs-rules": rules.rules_markdown,
+    "pgjobs-jobsctl-workers": samples.jobsctl_workers_markdown,
 }
 
 
@@ -81,9 +93,29 @@ def literal_examples(
         index += 1
 
 
+def implementation_signatures(app: Sphinx) -> None:
+    """Document the functions that `pgjobs_implementation_signatures` names by their
+    implementation's signature, not their `@overload`s.
+
+    The overloads are for type checkers (`@job` bare, or `@job(...)` with options): autodoc
+    would show one long signature per overload, and ignores a signature written in the
+    directive while overloads exist. It reads them from the module's source analyzer,
+    which Sphinx keeps once per module: forgetting them there leaves the implementation.
+    """
+    for dotted in app.config.pgjobs_implementation_signatures:
+        module, _, qualname = dotted.rpartition(".")
+        analyzer = ModuleAnalyzer.for_module(module)
+        analyzer.analyze()
+        if analyzer.overloads.pop(qualname, None) is None:
+            raise ExtensionError(f"pgjobs_implementation_signatures: {dotted} has no overloads")
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     for name, generate in GENERATORS.items():
         app.add_directive(name, generated_directive(generate))
+    # Dotted paths of overloaded functions to document by their implementation's signature.
+    app.add_config_value("pgjobs_implementation_signatures", [], "env", types=[list])
+    app.connect("builder-inited", implementation_signatures)
     # Before napoleon (priority 500), which would otherwise see the examples as prose.
     app.connect("autodoc-process-docstring", literal_examples, priority=400)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

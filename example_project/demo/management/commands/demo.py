@@ -1,5 +1,12 @@
 """`python manage.py demo`: a database, an admin user, a realistic mix of jobs, workers
-until the work is done, and a summary."""
+until the work is done, and a summary.
+
+Every number it prints counts one thing, read from the job tables: the jobs this run
+wrote (rows of `pgjobs_job` and `pgjobs_dead` newer than the newest before it: ids only
+grow), which end done or as dead letters, so that enqueued = done + dead letters + left to
+run, from the first line to the summary. Failed attempts that ran again are counted
+apart, as retries: they are runs of a job, not jobs.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +16,19 @@ import secrets
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
+from django.db.models import Count, Max, Q, QuerySet
+from django.db.models.functions import Now
 
-from django_pgjobs.models import DeadJob, Job
-from django_pgjobs.worker import Worker, default_queues
+from django_pgjobs.models import DeadJob, Job, Schedule
+from django_pgjobs.states import JobState
+from django_pgjobs.worker import Worker
 from example_project.agent_sessions.services import close_session, open_session
 from example_project.demo.jobs import (
     charge_card,
@@ -41,6 +53,47 @@ def _where_the_database_lives() -> str:
     return f"the embedded PostgreSQL in {cluster_directory(settings.BASE_DIR / '.pgdata')}"
 
 
+def newest_job_id() -> int:
+    """The newest id of either job table: every job written after has a greater one."""
+    live = Job.objects.aggregate(newest=Max("id"))["newest"] or 0
+    dead = DeadJob.objects.aggregate(newest=Max("id"))["newest"] or 0
+    return max(live, dead)
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """Where the jobs of this run stand: enqueued = done + dead + left."""
+
+    enqueued: int
+    done: int
+    dead: int
+    left: int
+
+    @property
+    def ended(self) -> int:
+        return self.done + self.dead
+
+
+class RunJobs:
+    """The jobs this run wrote, found by id in the job tables and remembered once seen.
+    A job seen that is in neither table any more was acked (its row deleted, as without
+    result retention): done. The demo cancels none, which would delete rows too."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.seen: set[int] = set()
+
+    def live(self) -> QuerySet[Job]:
+        return Job.objects.filter(id__gt=self.after)
+
+    def tally(self) -> Tally:
+        states = dict(self.live().values_list("id", "state"))
+        dead = set(DeadJob.objects.filter(id__gt=self.after).values_list("id", flat=True))
+        self.seen |= states.keys() | dead
+        left = sum(1 for state in states.values() if state != JobState.DONE)
+        return Tally(len(self.seen), len(self.seen) - left - len(dead), len(dead), left)
+
+
 class Command(BaseCommand):
     help = "Run the example end to end: migrate, enqueue a mix of jobs, work them, summarise."
 
@@ -53,10 +106,12 @@ class Command(BaseCommand):
         call_command("migrate", verbosity=0)
         credentials = self.ensure_admin()
         self.step("Enqueueing a mix of jobs")
+        jobs = RunJobs(after=newest_job_id())
         self.enqueue_mix()
+        self.describe_enqueued(jobs)
         self.step("Running workers until the work is done")
-        worker, took = self.work(options["concurrency"], options["timeout"])
-        self.summarise(worker, took)
+        worker, took = self.work(jobs, options["concurrency"], options["timeout"])
+        self.summarise(jobs, worker, took)
         self.stdout.write(
             "\nOpen the admin:  DJANGO_DEBUG=1 python manage.py runserver  then  "
             "http://127.0.0.1:8000/admin/"
@@ -98,10 +153,26 @@ class Command(BaseCommand):
             rebuild_search_index.enqueue(shard=shard)
         for user in ("ada", "grace", "linus"):
             send_digest.using(delay=2).enqueue(user=user)
-        live = Job.objects.count()
-        self.stdout.write(f"{live} jobs waiting across {len(default_queues())} queues")
 
-    def work(self, concurrency: int, timeout: float) -> tuple[Worker, float]:
+    def describe_enqueued(self, jobs: RunJobs) -> None:
+        """Say how many jobs the mix wrote, in how many queues, and where they stand."""
+        jobs.tally()  # no worker runs yet: every job of the run is seen
+        pending = Q(state=JobState.PENDING)
+        # One statement, so one now(): a job's delay that ends meanwhile is counted once.
+        counts = jobs.live().aggregate(
+            enqueued=Count("id"),
+            queues=Count("queue", distinct=True),
+            runnable=Count("id", filter=pending & Q(run_after__lte=Now())),
+            scheduled=Count("id", filter=pending & Q(run_after__gt=Now())),
+            waiting=Count("id", filter=Q(state=JobState.WAITING)),
+        )
+        self.stdout.write(
+            "{enqueued} jobs enqueued in {queues} queues: {runnable} runnable now, "
+            "{scheduled} scheduled a few seconds ahead, {waiting} waiting for other "
+            "jobs".format(**counts)
+        )
+
+    def work(self, jobs: RunJobs, concurrency: int, timeout: float) -> tuple[Worker, float]:
         # One progress line instead of a log line per job; the summary lists the outcome.
         logging.getLogger("django_pgjobs").setLevel(logging.ERROR)
         logging.getLogger("django_pgjobs.jobs").setLevel(logging.CRITICAL)
@@ -111,9 +182,9 @@ class Command(BaseCommand):
         thread.start()
         try:
             while time.monotonic() - started < timeout:
-                left = Job.objects.filter(state__in=("pending", "running")).count()
-                self.progress(worker, left)
-                if left == 0:
+                tally = jobs.tally()
+                self.progress(worker, tally)
+                if tally.left == 0:
                     break
                 time.sleep(0.2)
             else:
@@ -124,41 +195,48 @@ class Command(BaseCommand):
             sys.stderr.write("\n")
         return worker, time.monotonic() - started
 
-    def progress(self, worker: Worker, left: int) -> None:
+    def progress(self, worker: Worker, tally: Tally) -> None:
         """A bar redrawn in place on a terminal; a line every 2 s otherwise."""
-        stats = worker.stats
-        done = stats.succeeded + stats.dead
-        total = max(done + left, 1)
         width = 30
-        filled = int(width * done / total)
+        filled = width * tally.ended // max(tally.enqueued, 1)
         line = (
-            f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} finished, "
-            f"{stats.retried} retried, {stats.dead} dead"
+            f"[{'#' * filled}{'.' * (width - filled)}] {tally.ended}/{tally.enqueued} jobs "
+            f"ended: {tally.done} done, {tally.dead} dead letters; "
+            f"{worker.stats.retried} retries"
         )
         if sys.stderr.isatty():
             sys.stderr.write(f"\r{line} ")
-        elif time.monotonic() - self._last_line >= 2 or left == 0:
+        elif time.monotonic() - self._last_line >= 2 or tally.left == 0:
             self._last_line = time.monotonic()
             sys.stderr.write(line + "\n")
         sys.stderr.flush()
 
     _last_line = 0.0
 
-    def summarise(self, worker: Worker, took: float) -> None:
-        stats = worker.stats
+    def summarise(self, jobs: RunJobs, worker: Worker, took: float) -> None:
+        tally = jobs.tally()
+        schedules = list(Schedule.objects.filter(enabled=True).order_by("name"))
         rows = [
-            ("done", stats.succeeded),
-            ("retried (attempts that failed and ran again)", stats.retried),
-            ("dead letters", DeadJob.objects.count()),
-            ("time", f"{took:.1f} s"),
-            ("jobs/s", f"{(stats.succeeded + stats.dead) / took:.1f}" if took else "-"),
+            ("jobs enqueued", tally.enqueued, ""),
+            ("done", tally.done, ""),
+            ("dead letters", tally.dead, "(listed below)" if tally.dead else ""),
+            ("left to run", tally.left, ""),
+            ("retries", worker.stats.retried, "(failed attempts that ran again)"),
+            ("schedules", len(schedules), "(listed below)" if schedules else ""),
+            ("time", f"{took:.1f} s", f"({tally.ended / max(took, 0.1):.1f} jobs ended a second)"),
         ]
         self.step("Summary")
-        width = max(len(name) for name, _ in rows)
-        for name, value in rows:
-            self.stdout.write(f"  {name.ljust(width)}  {value}")
-        for letter in DeadJob.objects.order_by("id"):
+        width = max(len(name) for name, _, _ in rows)
+        for name, value, note in rows:
+            self.stdout.write(f"  {name.ljust(width)}  {value} {note}".rstrip())
+        for letter in DeadJob.objects.filter(id__gt=jobs.after).order_by("id"):
             self.stdout.write(f"  dead: #{letter.id} {letter.kind}: {letter.reason}")
+        for schedule in schedules:
+            next_run = schedule.next_run_at.astimezone(ZoneInfo(schedule.timezone))
+            self.stdout.write(
+                f"  schedule: {schedule.name} enqueues {schedule.kind} next at "
+                f"{next_run:%Y-%m-%d %H:%M} {schedule.timezone}"
+            )
         for collection in Collection.objects.exclude(indexed_at=None).order_by("name"):
             self.stdout.write(
                 f"  {collection.name}'s index: built once, after its batch of "
