@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 from django.db import ProgrammingError, connections, transaction
+from django.utils.connection import ConnectionDoesNotExist
 
 from django_pgjobs import tracing
 from django_pgjobs.conf import pgjobs_settings
@@ -85,7 +86,10 @@ def applied_migrations(using: str | None, app: str, timeout: int) -> set[str] | 
     its own that waits at most `timeout` whole seconds to connect (a system check must
     not hang a command where the database is out of reach); None when it cannot be
     reached, an empty set before the first migrate."""
-    given = connections[alias(using)].get_connection_params()
+    try:
+        given = connections[alias(using)].get_connection_params()
+    except ConnectionDoesNotExist:  # settings changed since the connections were made
+        return None
     params = {key: value for key, value in given.items() if isinstance(value, str | int)}
     params.pop("prepare_threshold", None)
     conninfo = psycopg.conninfo.make_conninfo("", **params, connect_timeout=timeout)

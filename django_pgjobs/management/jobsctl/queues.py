@@ -55,7 +55,7 @@ def status(out: Output, *, as_json: bool) -> None:
             out.heading(f"Database {database}")
         _queues_table(out, statuses)
         out.line()
-        _workers_table(out, workers)
+        workers_table(out, workers)
         unserved = unserved_queues(statuses, workers)
         if unserved:
             out.line()
@@ -99,7 +99,8 @@ def _queues_table(out: Output, statuses: Sequence[QueueStatus]) -> None:
     out.table(header, rows)
 
 
-def _workers_table(out: Output, workers: Sequence[WorkerStatus]) -> None:
+def workers_table(out: Output, workers: Sequence[WorkerStatus]) -> None:
+    """Print the workers' table of `status` (the docs print a sample with it too)."""
     if not workers:
         out.line("No workers registered: start one with python manage.py runjobs.")
         return

@@ -15,6 +15,8 @@ def jobsctl_workers_markdown() -> str:
     warning about a queue no live worker serves, as a text block."""
     from django_pgjobs import __version__
     from django_pgjobs.management.commands.jobsctl import Command
+    from django_pgjobs.management.jobsctl.output import Output
+    from django_pgjobs.management.jobsctl.queues import workers_table
     from django_pgjobs.records import WorkerStatus
 
     seen = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)
@@ -37,7 +39,7 @@ def jobsctl_workers_markdown() -> str:
     )
     printed = io.StringIO()
     # The table alone: the whole `status` reads the database, which the docs build lacks.
-    Command(stdout=printed, no_color=True)._workers([worker])
+    workers_table(Output(Command(stdout=printed, no_color=True)), [worker])
     lines = [line.rstrip() for line in printed.getvalue().splitlines()]
     warning = "Warning: no live worker serves reports, which has runnable jobs."
     return "\n".join(["```text", *lines, "", warning, "```", ""])
