@@ -26,6 +26,7 @@ an object that does nothing.
 from __future__ import annotations
 
 import json
+import time
 import types
 from collections.abc import Mapping, Sequence
 from importlib import metadata
@@ -44,8 +45,13 @@ SCOPE = "django_pgjobs"
 #: traceparent is 55, a tracestate at most 512 by the W3C recommendation.
 CONTEXT_KEYS = {"traceparent": 55, "tracestate": 512}
 
+#: How long a process that found no tracer provider takes that answer as good: a
+#: provider is set once, at a process's start, and a job must not pay to ask again.
+NO_PROVIDER_RECHECK_S = 1.0
+
 _api: Any = None  # the OpenTelemetry modules once imported; False: not installed
 _tracer_of: tuple[Any, Any] | None = None  # (provider, its tracer)
+_no_provider_until = 0.0  # time.monotonic() until which no provider is taken as known
 
 
 def _otel() -> Any:
@@ -69,15 +75,20 @@ def _otel() -> Any:
 def tracer() -> Any | None:
     """The tracer spans are made with; None when tracing is off: the API is not
     installed, PGJOBS["TRACING"] is False, or the project set no tracer provider."""
-    global _tracer_of
+    global _tracer_of, _no_provider_until
     api = _otel()
     if not api or not pgjobs_settings.TRACING:
         return None
+    if _tracer_of is not None:  # a provider, once set, is the process's for good
+        return _tracer_of[1]
+    now = time.monotonic()
+    if now < _no_provider_until:
+        return None
     provider = api.trace.get_tracer_provider()
     if isinstance(provider, (api.trace.ProxyTracerProvider, api.trace.NoOpTracerProvider)):
+        _no_provider_until = now + NO_PROVIDER_RECHECK_S
         return None
-    if _tracer_of is None or _tracer_of[0] is not provider:
-        _tracer_of = (provider, provider.get_tracer(SCOPE, _scope_version()))
+    _tracer_of = (provider, provider.get_tracer(SCOPE, _scope_version()))
     return _tracer_of[1]
 
 

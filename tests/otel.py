@@ -17,6 +17,8 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
+from django_pgjobs import tracing
+
 
 class Capture(SpanProcessor):
     """Keeps the spans that end while `capturing`; drops the others."""
@@ -95,6 +97,9 @@ def capture() -> Capture:
         provider = TracerProvider()
         provider.add_span_processor(_capture)
         trace.set_tracer_provider(provider)
+        # A process sets its provider at its start; this one sets it in mid-run, so the
+        # answer "no provider" that tracing keeps for a second is dropped.
+        tracing._no_provider_until = 0.0
     return _capture
 
 
