@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import platform
@@ -11,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -109,6 +111,36 @@ class Database:
             return int(conn.execute(f"SELECT count(*) FROM {table} WHERE {where}").fetchone()[0])  # type: ignore[index]
 
 
+#: Every worker started, so that none outlives the bench, whatever failed (a survivor
+#: would reconnect to the next run's database and take its jobs).
+_started: list[WorkerProcess] = []
+
+
+def _kill_survivors() -> None:
+    for worker in _started:
+        with contextlib.suppress(Exception):
+            worker.kill()
+
+
+atexit.register(_kill_survivors)
+
+
+def stop_all(workers: Sequence[WorkerProcess]) -> None:
+    """SIGTERM every worker and wait for it; one that failed to stop cleanly is killed,
+    the others are still stopped, and the first failure is raised after."""
+    failures: list[BaseException] = []
+    for worker in workers:
+        try:
+            worker.terminate()
+        except Exception as error:
+            failures.append(error)
+            worker.kill()
+        finally:
+            worker.cleanup()
+    if failures:
+        raise failures[0]
+
+
 class WorkerProcess:
     """`manage.py runjobs` with the bench settings; its stderr is kept for parsing."""
 
@@ -123,6 +155,7 @@ class WorkerProcess:
         }
         self.log_path = Path(f"/tmp/pgjobs-bench-{uuid.uuid4().hex[:8]}.log")
         self._log = self.log_path.open("w")
+        _started.append(self)
         self.process = subprocess.Popen(
             [sys.executable, str(ROOT / "manage.py"), "runjobs", "--no-status", *args],
             cwd=ROOT,
@@ -154,8 +187,9 @@ class WorkerProcess:
             self.process.terminate()
         # Killed by the SIGTERM itself: it came before the worker set its handlers, at the
         # start of its run, so the worker had claimed nothing (a smoke-sized drain can end
-        # while one of several workers is still starting).
-        self.wait(timeout, stopped=(0, -9, -signal.SIGTERM))
+        # while one of several workers is still starting); not once it said it started.
+        starting = "worker started" not in self.output()
+        self.wait(timeout, stopped=(0, -9, -signal.SIGTERM) if starting else (0, -9))
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")

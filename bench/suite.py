@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 
 from bench import console, long, many_workers, plans, wake, workflows
-from bench.harness import WORKER_APP_NAME, Database, Figure, WorkerProcess, wait_for
+from bench.harness import WORKER_APP_NAME, Database, Figure, WorkerProcess, stop_all, wait_for
 
 
 @dataclass(frozen=True)
@@ -703,9 +703,7 @@ def poison(database: Database, sizes: Sizes) -> list[Figure]:
                 )
             buried = time.perf_counter()
         finally:
-            for worker in workers:
-                worker.terminate()
-                worker.cleanup()
+            stop_all(workers)
         return drained - enqueued, n / (drained - started), buried - enqueued
 
     _, clean_rate, _ = stream(False)
