@@ -17,10 +17,7 @@ class PgJobsConfig(AppConfig):
     def ready(self) -> None:
         from django.utils.module_loading import autodiscover_modules
 
-        from django_pgjobs import (
-            checks,  # noqa: F401  (registers the system checks)
-            registry,
-        )
+        from django_pgjobs import checks  # noqa: F401  (registers the system checks)
         from django_pgjobs.conf import job_modules, pgjobs_settings
 
         # Register every app's jobs.py, and the modules PGJOBS["JOB_MODULES"] names, so
@@ -39,4 +36,3 @@ class PgJobsConfig(AppConfig):
             # django.tasks has no registry of its own: a task is known once its module is
             # imported. Workers run only known kinds, so load every app's tasks.py.
             autodiscover_modules("tasks")
-        registry.discovered()

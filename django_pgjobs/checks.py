@@ -337,9 +337,10 @@ def check_job_modules(app_configs: Any = None, **kwargs: Any) -> list[checks.Che
         if stranded:
             found.append(
                 checks.Warning(
-                    f"Job kind(s) {', '.join(map(repr, stranded))} live in {module}, which "
-                    "workers do not import: they would fail these jobs with 'unknown job "
-                    f"kind' ({registry.HOW_WORKERS_FIND_KINDS}).",
+                    f"Job kind(s) {', '.join(map(repr, stranded))} live in {module}, a "
+                    "module no app loads (a view imported it here): a worker knows them "
+                    "only if it happens to import that module too, and otherwise fails "
+                    f"their jobs with 'unknown job kind' ({registry.HOW_WORKERS_FIND_KINDS}).",
                     hint=f"Move them to a jobs.py module of their app, or add {module!r} to "
                     "PGJOBS['JOB_MODULES'].",
                     id="pgjobs.W014",

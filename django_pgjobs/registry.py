@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.apps import apps
+
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.limits import Limits
 from django_pgjobs.retry import Backoff
@@ -62,15 +64,16 @@ class JobDefinition:
 
 _definitions: dict[str, JobDefinition] = {}
 _lock = threading.Lock()
-#: The kinds registered when the app was ready: those of every installed app's jobs.py,
-#: of PGJOBS["JOB_MODULES"] (and of tasks.py with a django.tasks backend), which is what
-#: every process, a worker too, imports (None: not ready yet).
-_discovered: frozenset[str] | None = None
+#: The kinds registered after Django's apps were all loaded, by their module: imported
+#: by something a process did later (a view, a shell), which a worker may never do.
+#: Every kind registered while the apps loaded (every app's jobs.py, the modules of
+#: PGJOBS["JOB_MODULES"], anything an app's ready() imports) is known to every process.
+_late: dict[str, str] = {}
 
-#: How a worker finds kinds, for the messages that name a kind it may not know.
+#: How workers find kinds, for the messages that name a kind they may not know.
 HOW_WORKERS_FIND_KINDS = (
-    "a worker knows the @job functions of every installed app's jobs.py module, of the "
-    "modules in PGJOBS['JOB_MODULES'] and of runjobs --import"
+    "workers know the @job functions of every installed app's jobs.py, of the modules in "
+    "PGJOBS['JOB_MODULES'] and of runjobs --import"
 )
 
 
@@ -92,6 +95,8 @@ def register(definition: JobDefinition) -> JobDefinition:
                 "give one of them another name with @job(name=...)."
             )
         _definitions[definition.kind] = definition
+        if apps.ready:  # registered after the apps were loaded: see _late
+            _late[definition.kind] = definition.func.__module__
         return definition
 
 
@@ -144,21 +149,11 @@ def _problems(
     return problems
 
 
-def discovered() -> None:
-    """Mark the kinds registered now as those every process knows (the app's ready())."""
-    global _discovered
-    with _lock:
-        _discovered = frozenset(_definitions)
-
-
 def undiscovered_module(kind: str) -> str | None:
     """The module of a kind registered in this process only because something imported
-    it after the app was ready (a view importing shop/tasks.py, say): workers, which
-    import only what ready() does, do not know it. None for any other kind."""
-    definition = _definitions.get(kind)
-    if _discovered is None or definition is None or kind in _discovered:
-        return None
-    return definition.func.__module__
+    it after the apps were loaded (a view importing shop/tasks.py, say): a worker knows
+    it only if it happens to import that module too. None for any other kind."""
+    return _late.get(kind)
 
 
 def kinds_by_module() -> dict[str, list[str]]:
@@ -177,6 +172,7 @@ def closest_kinds(kind: str) -> list[str]:
 def unregister(kind: str) -> None:
     with _lock:
         _definitions.pop(kind, None)
+        _late.pop(kind, None)
 
 
 def get_definition(kind: str) -> JobDefinition | None:

@@ -26,6 +26,8 @@ an object that does nothing.
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 import types
 from collections.abc import Mapping, Sequence
@@ -36,6 +38,8 @@ from django_pgjobs.conf import pgjobs_settings
 
 if TYPE_CHECKING:
     from django_pgjobs.claims import JobHandle, Outcome
+
+logger = logging.getLogger("django_pgjobs.worker")
 
 #: `messaging.system`: not one of the conventions' well-known values, as they allow.
 SYSTEM = "django_pgjobs"
@@ -84,12 +88,15 @@ def tracer() -> Any | None:
     now = time.monotonic()
     if now < _no_provider_until:
         return None
-    provider = api.trace.get_tracer_provider()
-    if isinstance(provider, (api.trace.ProxyTracerProvider, api.trace.NoOpTracerProvider)):
-        _no_provider_until = now + NO_PROVIDER_RECHECK_S
-        return None
-    _tracer_of = (provider, provider.get_tracer(SCOPE, _scope_version()))
-    return _tracer_of[1]
+    try:
+        provider = api.trace.get_tracer_provider()
+        if not isinstance(provider, (api.trace.ProxyTracerProvider, api.trace.NoOpTracerProvider)):
+            _tracer_of = (provider, provider.get_tracer(SCOPE, _scope_version()))
+            return _tracer_of[1]
+    except Exception as error:
+        _failed("finding the tracer provider", error)
+    _no_provider_until = now + NO_PROVIDER_RECHECK_S
+    return None
 
 
 def _scope_version() -> str | None:
@@ -113,6 +120,24 @@ def current_ids() -> tuple[str, str] | None:
     return f"{context.trace_id:032x}", f"{context.span_id:016x}"
 
 
+# What tracing must never do is change a job: a tracer, a span processor or an
+# exporter of the project that raises is logged (once a process) and the span let go.
+
+_warned = False
+
+
+def _failed(what: str, error: BaseException) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        logger.warning(
+            "tracing: %s failed (%s: %s); the job goes on without its span (said once a process)",
+            what,
+            type(error).__name__,
+            error,
+        )
+
+
 # Enqueues ------------------------------------------------------------------------
 
 
@@ -123,10 +148,14 @@ def stored_context() -> str | None:
     if tracer() is None:
         return None
     api = _api
-    if not api.trace.get_current_span().get_span_context().is_valid:
+    try:
+        if not api.trace.get_current_span().get_span_context().is_valid:
+            return None
+        carrier: dict[str, str] = {}
+        api.propagator.inject(carrier)
+    except Exception as error:
+        _failed("reading the trace context of an enqueue", error)
         return None
-    carrier: dict[str, str] = {}
-    api.propagator.inject(carrier)
     return json.dumps(carrier) if carrier else None
 
 
@@ -164,26 +193,40 @@ class Sending(NotSending):
         }
         if self._count != 1:
             attributes["messaging.batch.message_count"] = self._count
-        self._span = self._tracer.start_span(
-            "send", kind=self._api.trace.SpanKind.PRODUCER, attributes=attributes
-        )
-        self._using = self._api.trace.use_span(self._span, end_on_exit=True)
-        self._using.__enter__()
+        try:
+            self._span = self._tracer.start_span(
+                "send", kind=self._api.trace.SpanKind.PRODUCER, attributes=attributes
+            )
+            self._using = self._api.trace.use_span(self._span, end_on_exit=True)
+            self._using.__enter__()
+        except Exception as error:
+            _failed("starting an enqueue's span", error)
+            self._span = self._using = None
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._using.__exit__(*exc)
+        if self._using is None:
+            return
+        try:
+            self._using.__exit__(*exc)
+        except Exception as error:
+            _failed("ending an enqueue's span", error)
 
     def sent(self, queues: Sequence[str], ids: Sequence[int]) -> None:
         """Name the span after the queue its jobs went to (when they went to one), and
         the job when there is one."""
-        names = set(queues)
-        if len(names) == 1:
-            (queue,) = names
-            self._span.update_name(f"send {queue}")
-            self._span.set_attribute("messaging.destination.name", queue)
-        if len(ids) == 1:
-            self._span.set_attribute("messaging.message.id", str(ids[0]))
+        if self._span is None:
+            return
+        try:
+            names = set(queues)
+            if len(names) == 1:
+                (queue,) = names
+                self._span.update_name(f"send {queue}")
+                self._span.set_attribute("messaging.destination.name", queue)
+            if len(ids) == 1:
+                self._span.set_attribute("messaging.message.id", str(ids[0]))
+        except Exception as error:
+            _failed("naming an enqueue's span", error)
 
 
 def sending(count: int = 1) -> NotSending:
@@ -219,7 +262,9 @@ NOT_RUNNING = NotRunning()
 
 
 class Run(NotRunning):
-    """A run's CONSUMER span, current while its handler runs."""
+    """A run's CONSUMER span, current while its handler runs. Its handler's thread ends
+    it, or the worker's loop when it abandons the handler at its timeout: whichever
+    comes first, under a lock."""
 
     def __init__(self, api: Any, tracer: Any, handle: JobHandle) -> None:
         self._api = api
@@ -227,9 +272,18 @@ class Run(NotRunning):
         self._handle = handle
         self._span: Any = None
         self._using: Any = None
+        self._lock = threading.Lock()
         self._closed = False
 
     def __enter__(self) -> Run:
+        try:
+            self._start()
+        except Exception as error:
+            _failed("starting a run's span", error)
+            self._closed = True
+        return self
+
+    def _start(self) -> None:
         api, handle = self._api, self._handle
         origin = origin_of(handle.trace_context)
         links = []
@@ -260,18 +314,29 @@ class Run(NotRunning):
         )
         self._using.__enter__()
         handle.control.trace = self
-        return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._using.__exit__(*exc)
-        self._close()
+        try:
+            if self._using is not None:
+                self._using.__exit__(*exc)
+        except Exception as error:
+            _failed("leaving a run's span", error)
+        with self._lock:
+            self._close()
 
     def ended(self, outcome: Outcome) -> None:
         """Record how the run ended: its outcome, and an event for anything but a success."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._record(outcome)
+            except Exception as error:
+                _failed("recording a run's outcome on its span", error)
+
+    def _record(self, outcome: Outcome) -> None:
         from django_pgjobs.claims import CANCELLED, DEAD, LOST, RETRIED
 
-        if self._closed:
-            return
         span = self._span
         ending = outcome.ending
         span.set_attribute("pgjobs.job.outcome", ending)
@@ -304,23 +369,32 @@ class Run(NotRunning):
     def timed_out(self, seconds: float) -> None:
         """The worker abandoned the handler at its timeout (S33): the span ends now,
         whatever the handler's thread does later."""
-        if self._closed:
-            return
-        span = self._span
-        span.add_event("pgjobs.timeout", {"pgjobs.timeout_s": seconds})
-        span.set_attribute("pgjobs.job.outcome", "timed_out")
-        span.set_attribute("error.type", "timeout")
-        span.set_status(
-            self._api.trace.Status(
-                self._api.trace.StatusCode.ERROR, f"timed out after {seconds:g} s"
-            )
-        )
-        self._close()
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                span = self._span
+                span.add_event("pgjobs.timeout", {"pgjobs.timeout_s": seconds})
+                span.set_attribute("pgjobs.job.outcome", "timed_out")
+                span.set_attribute("error.type", "timeout")
+                span.set_status(
+                    self._api.trace.Status(
+                        self._api.trace.StatusCode.ERROR, f"timed out after {seconds:g} s"
+                    )
+                )
+            except Exception as error:
+                _failed("recording a timeout on a run's span", error)
+            self._close()
 
     def _close(self) -> None:
-        if not self._closed:
-            self._closed = True
+        """End the span once (the caller holds the lock)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
             self._span.end()
+        except Exception as error:
+            _failed("ending a run's span", error)
 
 
 def running(handle: JobHandle) -> NotRunning:
@@ -354,7 +428,7 @@ def origin_of(stored: object) -> Any | None:
     api = _api
     try:
         context = api.propagator.extract(carrier)
+        origin = api.trace.get_current_span(context).get_span_context()
     except Exception:  # the propagator's own parsing, on hostile text
         return None
-    origin = api.trace.get_current_span(context).get_span_context()
     return origin if origin.is_valid else None

@@ -25,10 +25,18 @@ class Capture(SpanProcessor):
 
     def __init__(self) -> None:
         self.capturing = False
+        #: Raise from on_start and on_end, as a broken processor or exporter would.
+        self.broken = False
         self._lock = threading.Lock()
         self._spans: list[ReadableSpan] = []
 
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        if self.broken:
+            raise RuntimeError("the exporter is down")
+
     def on_end(self, span: ReadableSpan) -> None:
+        if self.broken:
+            raise RuntimeError("the exporter is down")
         with self._lock:
             if self.capturing:
                 self._spans.append(span)
@@ -41,6 +49,7 @@ class Capture(SpanProcessor):
     def stop(self) -> None:
         with self._lock:
             self.capturing = False
+            self.broken = False
             self._spans = []
 
     def spans(self) -> list[dict[str, Any]]:

@@ -493,9 +493,10 @@ def known_kind(kind: str) -> None:
         if module is not None and kind not in _unknown_kinds:
             _unknown_kinds.add(kind)
             logger.warning(
-                "enqueued a job of kind %r, defined in %s, which workers do not import: they "
-                "will fail it with 'unknown job kind' (%s). Move it to a jobs.py module of "
-                "its app, or add %r to PGJOBS['JOB_MODULES']. (Warned once per kind.)",
+                "enqueued a job of kind %r, defined in %s, a module no app loads: a worker "
+                "knows it only if it happens to import that module too, and otherwise fails "
+                "it with 'unknown job kind' (%s). Move it to a jobs.py module of its app, or "
+                "add %r to PGJOBS['JOB_MODULES']. (Warned once per kind.)",
                 kind,
                 module,
                 registry.HOW_WORKERS_FIND_KINDS,

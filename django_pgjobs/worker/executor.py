@@ -61,22 +61,16 @@ def runs_on_loop(definition: JobDefinition | None) -> bool:
     return definition is not None and definition.is_async and not definition.atomic
 
 
-#: How a worker finds kinds, as the unknown-kind error says it.
-WORKERS_FIND_KINDS = (
-    "Workers know the @job functions of every installed app's jobs.py, of "
-    "PGJOBS['JOB_MODULES'] and of runjobs --import: a kind defined elsewhere "
-    "(shop/tasks.py, say) is unknown to them."
-)
-
-
 def unknown_kind_error(kind: str) -> str:
     """The error of a job whose kind this worker has no handler for (S25): what to do."""
     close = registry.closest_kinds(kind)
     guess = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+    how = registry.HOW_WORKERS_FIND_KINDS
     return (
         f"unknown job kind '{kind}': this worker has no handler of that name. "
-        f"{WORKERS_FIND_KINDS} After deploying a new kind, restart the workers; otherwise "
-        f"check the spelling{guess}."
+        f"{how[0].upper()}{how[1:]}: a kind defined elsewhere (shop/tasks.py, say) is "
+        "known only where something imports its module. After deploying a new kind, "
+        f"restart the workers; otherwise check the spelling{guess}."
     )
 
 

@@ -41,6 +41,10 @@ class Running:
     #: from after the claim or heartbeat statement returned, so never before the
     #: database's claimed_until. A job still waiting for a thread then is not started.
     lease_ends: float
+    #: Until when the claim surely holds: measured from before the statement that set
+    #: its lease, so never after the database's claimed_until. A heartbeat that finds
+    #: the job's row gone before then knows no newer claim took it (S38).
+    lease_holds_until: float
     #: An async lease-mode job: it runs on the worker's event loop, not a thread.
     on_loop: bool = False
     #: Set by the handler thread that takes the job (a prefetched job waits until then).
@@ -95,8 +99,9 @@ class Leases:
         """How many of the claims are async jobs on the event loop."""
         return self._on_loop
 
-    def hold(self, handles: Sequence[JobHandle]) -> list[Running]:
-        """Hold the claims just made; return them, to be handed to the threads."""
+    def hold(self, handles: Sequence[JobHandle], asked_at: float) -> list[Running]:
+        """Hold the claims just made (their statement was sent at `asked_at`, on the
+        monotonic clock); return them, to be handed to the threads."""
         claimed_at = time.monotonic()
         held = []
         for handle in handles:
@@ -106,6 +111,7 @@ class Leases:
                 next_heartbeat=claimed_at + handle.lease_s * HEARTBEAT_FRACTION,
                 atomic=definition is not None and definition.atomic,
                 lease_ends=claimed_at + handle.lease_s,
+                lease_holds_until=asked_at + handle.lease_s,
                 on_loop=runs_on_loop(definition),
             )
             handle.control.carrier = self._carrier(handle.token)
@@ -127,6 +133,7 @@ class Leases:
             next_heartbeat=now,
             atomic=False,
             lease_ends=now,
+            lease_holds_until=now,
             started=True,
             kept=True,
         )
@@ -236,7 +243,7 @@ class Leases:
         for handle, reason in beats.gone:
             if reason == GONE:
                 held = self._running.get(handle.token)
-                if held is None or answered >= held.lease_ends:
+                if held is None or answered >= held.lease_holds_until:
                     # Its lease may have lapsed before the statement ran, and a newer
                     # claim ended the job: this run is lost, not cancelled (its later
                     # writes are refused, S16).
@@ -254,8 +261,8 @@ class Leases:
             every = self._every(running)
             if running.handle.token in extended_tokens:
                 running.next_heartbeat = now + every
-                # From before the statement: the lease it set ends no sooner than this.
-                running.lease_ends = sent + running.handle.lease_s
+                running.lease_ends = answered + running.handle.lease_s
+                running.lease_holds_until = sent + running.handle.lease_s
             else:
                 # Changed by another statement right now, or no longer ours: look again soon.
                 running.next_heartbeat = now + min(1.0, every)

@@ -375,14 +375,14 @@ class Worker:
             self._contained("collect outcomes", self._collect)
             self._contained("record outcomes", self._flush)
             if stopping.requested.is_set():
-                if not stopping.announced:
+                self._contained("hand back waiting jobs", self._release_waiting)
+                if not stopping.announced:  # after the waiting ones went back: the running
                     stopping.announced = True
                     announce.stop(
                         [handle.id for handle in self.leases.handles()],
                         stopping.grace,
                         stopping.signal,
                     )
-                self._contained("hand back waiting jobs", self._release_waiting)
                 if not len(self.leases) and not self.completer.unflushed:
                     return
                 if stopping.deadline is not None and now >= stopping.deadline:
@@ -445,6 +445,7 @@ class Worker:
         using, queues = self.options.using, self.options.queues
         try:
             Job.objects.tune_worker_connection(using=using)
+            asked_at = time.monotonic()
             handles, (due_known, due_in) = Job.objects.claim_for_worker(
                 queues,
                 threads,
@@ -459,7 +460,7 @@ class Worker:
         self.faults.recovered()
         on_loop = sum(1 for handle in handles if handle.kind in self.pool.loop_kinds)
         pacing.claimed((threads, len(handles) - on_loop), (places, on_loop), time.monotonic())
-        self._hand_out(handles)
+        self._hand_out(handles, asked_at)
         if len(handles) < free:
             # The queues ran dry: sleep until the next scheduled job, as the claim said
             # or, when it could not (a limited queue's claim of its own), as asked now,
@@ -472,8 +473,8 @@ class Worker:
                     return
             pacing.dry(due_in, time.monotonic())
 
-    def _hand_out(self, handles: list[JobHandle]) -> None:
-        held = self.leases.hold(handles)
+    def _hand_out(self, handles: list[JobHandle], asked_at: float) -> None:
+        held = self.leases.hold(handles, asked_at)
         self.pool.submit(held)
         if handles and self.stats.first_claim_at is None:
             self.stats.first_claim_at = time.time()

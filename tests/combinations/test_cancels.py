@@ -202,9 +202,10 @@ class TestS16S38ALapsedRunIsLostNotCancelled:
         from django_pgjobs.worker.leases import Leases
 
         Job.objects.enqueue("tests.noop", {}, lease=1)
+        asked_at = time.monotonic()
         (late,) = Job.objects.claim_batch("default", 1, "stalled")
         leases = Leases(Job.objects, Faults("default"), lambda: None)
-        leases.hold([late])
+        leases.hold([late], asked_at)
         before_the_stop = time.monotonic()
         # Stopped: no heartbeat, the lease lapses, and a newer claim takes the job.
         taken: list[Any] = []
@@ -218,3 +219,25 @@ class TestS16S38ALapsedRunIsLostNotCancelled:
         leases.heartbeat_due(before_the_stop + 0.5)  # the time the loop read before the stop
         assert not late.control.cancelled
         assert count() == 0 and count("pgjobs_dead") == 0
+
+    def test_s32_s38_a_row_deleted_while_its_lease_holds_is_told_as_cancelled(self) -> None:
+        """The control of the test above: the same heartbeat, answered while the lease
+        surely holds, tells the handler of a job deleted by cancel() (no NOTIFY)."""
+        from django_pgjobs.worker.faults import Faults
+        from django_pgjobs.worker.leases import Leases
+
+        job_id = Job.objects.enqueue("tests.noop", {}, lease=30).id
+        asked_at = time.monotonic()
+        (claim,) = Job.objects.claim_batch("default", 1, "worker")
+        leases = Leases(Job.objects, Faults("default"), lambda: None)
+        leases.hold([claim], asked_at)
+        with self.settings_without_notify():
+            assert Job.objects.cancel(job_id) is True
+        leases.heartbeat_due(time.monotonic() + 11)  # the heartbeat is due (a third of 30 s)
+        assert claim.control.cancelled and claim.control.reason == "cancelled"
+
+    @staticmethod
+    def settings_without_notify() -> Any:
+        from django.test import override_settings
+
+        return override_settings(PGJOBS={"NOTIFY": False})

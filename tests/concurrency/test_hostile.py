@@ -18,9 +18,10 @@ from tests.helpers import count, dead_row, execute, row
 #: What a worker says of a kind it has no handler for (S25): what to do about it.
 UNKNOWN_KIND_GUIDE = (
     "this worker has no handler of that name. Workers know the @job functions of every "
-    "installed app's jobs.py, of PGJOBS['JOB_MODULES'] and of runjobs --import: a kind "
-    "defined elsewhere (shop/tasks.py, say) is unknown to them. After deploying a new kind, "
-    "restart the workers; otherwise check the spelling."
+    "installed app's jobs.py, of the modules in PGJOBS['JOB_MODULES'] and of runjobs "
+    "--import: a kind defined elsewhere (shop/tasks.py, say) is known only where something "
+    "imports its module. After deploying a new kind, restart the workers; otherwise check "
+    "the spelling."
 )
 
 

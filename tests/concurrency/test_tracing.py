@@ -290,6 +290,28 @@ class TestTheTraceGoesOn:
         assert named_by(child.id) == names(send_child)
 
 
+class TestATracerThatFails:
+    def test_a_broken_span_processor_changes_no_job_and_is_said_once(
+        self, spans: Capture, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        import logging
+
+        with caplog.at_level(logging.WARNING, logger="django_pgjobs.worker"):
+            with request_span():
+                spans.broken = True
+                job_id = jobs.plain.enqueue(value=1).id  # its send span cannot start
+                failing = jobs.misbehave.enqueue(how="fail").id
+                spans.broken = False  # (the test's own span ends as any other)
+            spans.broken = True  # the runs' spans neither start nor end
+            drain()
+            spans.broken = False
+        assert row(job_id) is None  # acked once: run and gone, not retried
+        assert execute("SELECT reason FROM pgjobs_dead WHERE id = %s", [failing]) == [("hopeless",)]
+        assert count() == 0
+        said = [m for m in caplog.messages if m.startswith("tracing: ")]
+        assert len(said) <= 1  # once a process (it may have been said by an earlier test)
+
+
 HOSTILE_CONTEXTS = st.one_of(
     st.none(),
     st.integers(),

@@ -147,10 +147,10 @@ class TestOutcomes:
         assert (state, attempts) == ("pending", 1)
         assert last_error == (
             "unknown job kind 'os.system': this worker has no handler of that name. Workers "
-            "know the @job functions of every installed app's jobs.py, of "
+            "know the @job functions of every installed app's jobs.py, of the modules in "
             "PGJOBS['JOB_MODULES'] and of runjobs --import: a kind defined elsewhere "
-            "(shop/tasks.py, say) is unknown to them. After deploying a new kind, restart the "
-            "workers; otherwise check the spelling."
+            "(shop/tasks.py, say) is known only where something imports its module. After "
+            "deploying a new kind, restart the workers; otherwise check the spelling."
         )
         assert seconds_from_now("run_after", job_id) > 4
 

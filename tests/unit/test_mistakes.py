@@ -81,9 +81,10 @@ class TestJobsWhereWorkersDoNotLook:
         (warning,) = [m for m in check_job_modules() if stray_kind in m.msg]
         assert warning.id == "pgjobs.W014"
         assert warning.msg == (
-            "Job kind(s) 'tests.stray' live in tests.unit.test_mistakes, which workers do not "
-            "import: they would fail these jobs with 'unknown job kind' (a worker knows the "
-            "@job functions of every installed app's jobs.py module, of the modules in "
+            "Job kind(s) 'tests.stray' live in tests.unit.test_mistakes, a module no app loads "
+            "(a view imported it here): a worker knows them only if it happens to import that "
+            "module too, and otherwise fails their jobs with 'unknown job kind' (workers know "
+            "the @job functions of every installed app's jobs.py, of the modules in "
             "PGJOBS['JOB_MODULES'] and of runjobs --import)."
         )
         assert warning.hint == (
@@ -94,6 +95,26 @@ class TestJobsWhereWorkersDoNotLook:
     def test_kinds_of_jobs_modules_raise_no_warning(self) -> None:
         assert check_job_modules() == []
 
+    def test_a_kind_an_apps_ready_imports_is_known_to_every_process(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Registered while the apps load (an app listed after django_pgjobs whose
+        ready() imports its job module): every process, a worker too, imports it."""
+        from django.apps import apps
+
+        monkeypatch.setattr(apps, "ready", False)
+
+        @job(name="tests.loaded_by_ready")
+        def loaded(order_id: int) -> None:
+            return None
+
+        monkeypatch.setattr(apps, "ready", True)
+        try:
+            assert registry.undiscovered_module("tests.loaded_by_ready") is None
+            assert not [m for m in check_job_modules() if "tests.loaded_by_ready" in m.msg]
+        finally:
+            registry.unregister("tests.loaded_by_ready")
+
     def test_its_first_enqueue_warns_once_that_workers_will_not_know_it(
         self, stray_kind: str, caplog: pytest.LogCaptureFixture
     ) -> None:
@@ -102,8 +123,9 @@ class TestJobsWhereWorkersDoNotLook:
             Job.objects.enqueue(stray_kind, {"order_id": 2})
         (said,) = [r.getMessage() for r in caplog.records if stray_kind in r.getMessage()]
         assert said.startswith(
-            "enqueued a job of kind 'tests.stray', defined in tests.unit.test_mistakes, which "
-            "workers do not import: they will fail it with 'unknown job kind'"
+            "enqueued a job of kind 'tests.stray', defined in tests.unit.test_mistakes, a "
+            "module no app loads: a worker knows it only if it happens to import that module "
+            "too, and otherwise fails it with 'unknown job kind'"
         )
         assert "add 'tests.unit.test_mistakes' to PGJOBS['JOB_MODULES']" in said
 
@@ -154,6 +176,18 @@ class TestBeforeMigrate:
     def test_the_migrations_check_is_silent_when_they_are_applied(self) -> None:
         assert check_migrations_applied() == []
 
+    def test_the_migrations_check_takes_a_connect_timeout_of_the_projects_options(
+        self,
+    ) -> None:
+        from django.db import connections
+
+        options = connections["default"].settings_dict["OPTIONS"]
+        options["connect_timeout"] = 10
+        try:
+            assert check_migrations_applied() == []  # read, not refused: it ran
+        finally:
+            options.pop("connect_timeout")
+
     @pytest.mark.django_db(transaction=True)
     def test_the_migrations_check_is_not_said_by_migrate_itself(
         self, monkeypatch: pytest.MonkeyPatch
@@ -191,7 +225,7 @@ def test_a_worker_that_knows_no_kind_says_so_as_it_starts(
         announce.kinds()
     assert caplog.messages == [
         "this worker knows no job kind: every job it claims fails with 'unknown job kind'. "
-        "A worker knows the @job functions of every installed app's jobs.py module, of the "
-        "modules in PGJOBS['JOB_MODULES'] and of runjobs --import; put @job functions in a "
-        "jobs.py module of an installed app."
+        "Workers know the @job functions of every installed app's jobs.py, of the modules in "
+        "PGJOBS['JOB_MODULES'] and of runjobs --import; put @job functions in a jobs.py "
+        "module of an installed app."
     ]

@@ -74,7 +74,8 @@ MERGE_INTO_LIVE_JOB = f"""{ON_LIVE_KEY}
                          THEN excluded.run_after ELSE job.run_after END,
         expires_at = CASE WHEN job.state = 'pending' AND %(on_conflict)s <> 'ignore'
                           THEN excluded.expires_at ELSE job.expires_at END,
-        -- The run a pending job's new payload makes is the new trigger's (its trace).
+        -- A traced trigger whose payload replaces a pending job's brings its trace (an
+        -- untraced one keeps the job's); a rerun of a running job keeps the job's.
         trace_context = CASE WHEN job.state = 'pending' AND %(on_conflict)s <> 'ignore'
                              THEN coalesce(excluded.trace_context, job.trace_context)
                              ELSE job.trace_context END,

@@ -88,8 +88,9 @@ RETURNING name
 
 QUEUES_HOLDING_ANYTHING = """
 -- Those of %(queues)s that have a row, a job in any state or a dead letter: a probe per
--- name and state along the partial indexes (never a scan of the table), so that a
--- queue whose jobs all wait for their parents or are done counts as known.
+-- name and state along the indexes, so that a queue whose jobs all wait for their
+-- parents or are done counts as known (the waiting and running jobs' indexes are not by
+-- queue: those probes may walk them whole, which a jobsctl command can afford).
 SELECT q.name
 FROM unnest(%(queues)s::text[]) AS q(name)
 WHERE EXISTS (SELECT 1 FROM pgjobs_queue AS c WHERE c.name = q.name)

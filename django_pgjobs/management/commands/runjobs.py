@@ -69,7 +69,7 @@ def _seconds(text: str) -> float:
 class StatusLine:
     """Show the worker's counters: a line redrawn in place on a terminal, otherwise a log
     line every `log_every` seconds. On a terminal, a log line first clears it (see
-    ClearsStatus): every message stands on its own line."""
+    keep_messages_off_the_status): every message stands on its own line."""
 
     def __init__(self, stream: TextIO, *, log_every: float = 60.0) -> None:
         self.stream = stream
@@ -121,27 +121,26 @@ class StatusLine:
                 self.stream.flush()
 
 
-class ClearsStatus(logging.Filter):
-    """Takes the status line off the terminal before a handler writes a message to it,
-    so that no message is glued onto the status (added to every handler of the process
-    that writes to that terminal, the project's own included)."""
+def keep_messages_off_the_status(status: StatusLine) -> None:
+    """Make every log handler that writes to the status line's terminal take the line
+    off first, in one step under the status's lock (the loop redraws it between two
+    messages, never in the middle of one), whoever configured the handler: no message
+    is glued onto the status."""
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    wrapped: set[int] = set()
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", ()):
+            if getattr(handler, "stream", None) is not status.stream or id(handler) in wrapped:
+                continue
+            wrapped.add(id(handler))
+            emit = handler.emit
 
-    def __init__(self, status: StatusLine) -> None:
-        super().__init__()
-        self.status = status
+            def emit_clear(record: logging.LogRecord, emit: Any = emit) -> None:
+                with status.lock:
+                    status.clear()
+                    emit(record)
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        self.status.clear()
-        return True
-
-    def attach(self) -> None:
-        """Add this filter to every handler that writes to the status line's terminal."""
-        loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
-        for logger in loggers:
-            for handler in getattr(logger, "handlers", ()):
-                stream = getattr(handler, "stream", None)
-                if stream is self.status.stream and self not in handler.filters:
-                    handler.addFilter(self)
+            handler.emit = emit_clear
 
 
 class Command(BaseCommand):
@@ -261,7 +260,7 @@ class Command(BaseCommand):
             self._serve_metrics(options["metrics_port"], addr)
         status = None if options["no_status"] or json_logs else StatusLine(sys.stderr)
         if status is not None and status.tty:
-            ClearsStatus(status).attach()
+            keep_messages_off_the_status(status)
         try:
             worker = Worker(
                 queues=queues,
