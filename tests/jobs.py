@@ -436,3 +436,29 @@ async def async_tenant(ctx: JobHandle, tenant: str) -> None:
 
     await asyncio.sleep(0.05)
     await sync_to_async(_note)(ctx, f"{tenant} async")
+
+
+# The dead letters' categories (tests/combinations/test_dead_categories.py).
+@job(name="tests.categories.fail_with_message", queue="categories")
+def fail_with_message(ctx: JobHandle) -> None:
+    raise Fail("the customer closed their account")
+
+
+@job(name="tests.categories.fail_bare", queue="categories")
+def fail_bare(ctx: JobHandle) -> None:
+    raise Fail()
+
+
+@job(name="tests.categories.always_broken", queue="categories", max_attempts=1)
+def always_broken(ctx: JobHandle) -> None:
+    raise ValueError("remote said no")
+
+
+@job(name="tests.categories.not_json", queue="categories")
+def not_json(ctx: JobHandle) -> Any:
+    return {"when": object()}
+
+
+@job(name="tests.categories.needs_x", queue="categories")
+def needs_x(x: int) -> None:
+    return None

@@ -78,9 +78,13 @@ if os.environ.get("PGJOBS_METRICS_TOKEN"):
 # Workers of a test run both ways (the `notify` fixture) are told when it is off.
 if os.environ.get("PGJOBS_NOTIFY") == "0":
     PGJOBS["NOTIFY"] = False
-# Processes the first-hour tests start import these job modules (PGJOBS["JOB_MODULES"]).
-if os.environ.get("PGJOBS_JOB_MODULES"):
-    PGJOBS["JOB_MODULES"] = os.environ["PGJOBS_JOB_MODULES"].split(",")
+# Django's own tasks of its tests of django.tasks (tests/upstream_tasks.py) live outside
+# the app's jobs.py and tasks.py, as a project's shop/tasks.py might: listed, as it must be.
+# Processes the first-hour tests start import more (PGJOBS_JOB_MODULES).
+PGJOBS["JOB_MODULES"] = [
+    "tests.upstream_tasks",
+    *filter(None, os.environ.get("PGJOBS_JOB_MODULES", "").split(",")),
+]
 # Workers the tracing tests start write their spans to this file (tests/otel.py).
 if os.environ.get("PGJOBS_TEST_SPANS_FILE"):
     from tests.otel import write_to

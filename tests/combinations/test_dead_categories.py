@@ -5,50 +5,21 @@ held row), stored with the letter, and found by the admin's reason filter."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.test import Client
 from django.urls import reverse
 
-from django_pgjobs import job
-from django_pgjobs.claims import JobHandle
-from django_pgjobs.exceptions import Fail
 from django_pgjobs.maintenance import Sweeper
 from django_pgjobs.models import DeadJob, Job
 from django_pgjobs.states import DeadCategory
 from tests.combinations.test_cancels import _fence_holds
 from tests.helpers import dead_row, drain, execute, lapse, running_worker, wait_until
+from tests.jobs import always_broken, fail_bare, fail_with_message, needs_x, not_json
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DEAD = reverse("admin:django_pgjobs_deadjob_changelist")
 QUEUE = "categories"
-
-
-@job(name="tests.categories.fail_with_message", queue=QUEUE)
-def fail_with_message(ctx: JobHandle) -> None:
-    raise Fail("the customer closed their account")
-
-
-@job(name="tests.categories.fail_bare", queue=QUEUE)
-def fail_bare(ctx: JobHandle) -> None:
-    raise Fail()
-
-
-@job(name="tests.categories.always_broken", queue=QUEUE, max_attempts=1)
-def always_broken(ctx: JobHandle) -> None:
-    raise ValueError("remote said no")
-
-
-@job(name="tests.categories.not_json", queue=QUEUE)
-def not_json(ctx: JobHandle) -> Any:
-    return {"when": object()}
-
-
-@job(name="tests.categories.needs_x", queue=QUEUE)
-def needs_x(x: int) -> None:
-    return None
 
 
 def letter(job_id: int) -> tuple[str | None, str]:
