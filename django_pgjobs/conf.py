@@ -160,6 +160,9 @@ class Settings:
     SWEEP_BATCH: int = 1000
     #: Seconds between sweeps in each worker (replicas take turns; 0 switches it off).
     SWEEP_INTERVAL: float = 60.0
+    #: Seconds between two looks of each worker at the job table: a VACUUM when its dead
+    #: rows outnumber the live ones (at least 1000) and can be removed (0 switches it off).
+    VACUUM_INTERVAL: float = 5.0
 
     def __getattribute__(self, name: str) -> Any:
         if name.isupper():
@@ -330,7 +333,7 @@ class Settings:
         for name in ("POLL_INTERVAL", "WORKER_HEARTBEAT"):
             if seconds(getattr(self, name), f"PGJOBS[{name!r}]") <= 0:
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be positive.")
-        for name in ("SHUTDOWN_GRACE", "SWEEP_INTERVAL"):
+        for name in ("SHUTDOWN_GRACE", "SWEEP_INTERVAL", "VACUUM_INTERVAL"):
             if seconds(getattr(self, name), f"PGJOBS[{name!r}]") < 0:
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must not be negative.")
         routes = self.QUEUE_DATABASES

@@ -1,5 +1,6 @@
 """The sweeper (DESIGN S24): expiry, lapsed claims and retention (of done jobs, dead
-letters, per-minute stats and rate-limit claims), in bounded batches.
+letters, per-minute stats and rate-limit claims), in bounded batches; and the job
+table's care (`TableCare`): a VACUUM when its dead rows are worth one and can go.
 
 `Sweeper().run_once()` is what `manage.py sweepjobs` and every worker's loop call. Each
 batch is one short statement that skips rows other transactions hold, so any number of
@@ -182,3 +183,48 @@ class Sweeper:
             if not Job.objects.try_sweep_lock(using=self.using):
                 raise _TurnTaken
             return batch()
+
+
+class TableCare:
+    """VACUUM of the job table when its dead rows outnumber its live ones (and at least
+    `min_dead`) and a VACUUM can remove them.
+
+    Every claimed and every finished job leaves a dead row and dead index entries, which
+    a claim walks past until VACUUM removes them. Autovacuum comes when it comes (up to a
+    minute, longer when busy); this comes within the worker's interval. A VACUUM can
+    remove only what died before the database's xmin horizon: while the horizon a VACUUM
+    of this process ran under still holds (a transaction left open, a long report, a
+    replication slot), another is in vain, and none is run until the horizon moves;
+    meanwhile this process's claims read from their queues' floors (ClaimFloors), past
+    the dead entries they would otherwise walk.
+    """
+
+    def __init__(self, *, using: str | None = None, min_dead: int = 1000) -> None:
+        self.using = using or pgjobs_settings.DATABASE
+        self.min_dead = min_dead
+        #: The horizon the last VACUUM of this process ran under (None: none ran yet).
+        self._vacuumed_under: tuple[str | None] | None = None
+        self._held = False
+
+    def run_once(self) -> bool:
+        """Look, and VACUUM when it is due; return whether it ran. Claims read from
+        their queues' floors while the horizon is held (ClaimFloors), from the start
+        once it moves."""
+        dead, live, horizon = Job.objects.table_upkeep(using=self.using)
+        held = horizon is not None and self._vacuumed_under == (horizon,) and dead >= self.min_dead
+        if held != self._held:
+            logger.info(
+                "the xmin horizon %s: claims read %s",
+                f"holds at {horizon} (a VACUUM can remove none of {dead} dead rows)"
+                if held
+                else "moved",
+                "from their queues' floors" if held else "each queue from its start",
+            )
+            self._held = held
+        Job.objects.claim_from_floors(held, using=self.using)
+        if dead < max(self.min_dead, live) or held:
+            return False  # few dead rows, or the horizon that held them still holds
+        Job.objects.vacuum(using=self.using)
+        self._vacuumed_under = (horizon,)
+        logger.info("vacuumed the job table: %d dead rows beside %d live ones", dead, live)
+        return True

@@ -53,6 +53,20 @@ def rowcount(statement: str, params: Mapping[str, Any], using: str | None) -> in
         return int(cursor.rowcount)
 
 
+def utility(statement: str, using: str | None) -> None:
+    """Run a utility statement (VACUUM), which cannot be prepared nor run inside a
+    transaction: on a connection in autocommit, never prepared."""
+    connection = usable_connection(using)
+    if not connection.get_autocommit() or connection.in_atomic_block:
+        raise RuntimeError("VACUUM runs outside any transaction: call it outside atomic().")
+    with (
+        schema_explained(),
+        connection.wrap_database_errors,
+        psycopg.Cursor(connection.connection) as cursor,
+    ):
+        cursor.execute(statement, prepare=False)
+
+
 def estimate(statement: str, params: Mapping[str, Any], using: str | None) -> int:
     """The planner's estimate of the rows of an `EXPLAIN (FORMAT JSON)` statement."""
     ((plan,),) = fetchall(statement, params, using)

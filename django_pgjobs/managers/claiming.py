@@ -225,6 +225,7 @@ def _claim_keyed_round(
             else []
         )
         params = {
+            "lease_floor": claim_floors(alias).lease_floor,
             "queues": queues,
             "pair_queues": pair_queues,
             "pair_keys": pair_keys,
@@ -263,6 +264,7 @@ def _claim_unkeyed(
             locked = {row[0] for row in rows}
             if locked:
                 params = {
+                    "lease_floor": claim_floors(alias).lease_floor,
                     "queues": sorted(locked),
                     "limited": sorted(locked),
                     "limit": n,
@@ -283,6 +285,8 @@ def _claim_unkeyed(
     # Asked only when it covers every queue of the claim: no limited queue was claimed.
     params = {
         "queues": rest,
+        **claim_floors(alias).params(rest),
+        "lease_floor": claim_floors(alias).lease_floor,
         "worker_id": worker_id,
         "due": not locked,
         **kinds.params(),
@@ -374,3 +378,90 @@ def keyed_freed(alias: str) -> None:
     for (of_alias, _), claims in list(_keyed.items()):
         if of_alias == alias:
             claims.freed()
+
+
+#: While floors are engaged: seconds between two readings of them from the last ones on,
+#: and between two from the start (which finds a job put back behind a floor).
+FLOORS_STEP_S = 0.2
+FLOORS_RESET_S = 1.0
+
+
+class ClaimFloors:
+    """Where the claims of one database start reading each queue (CLAIM_FLOORS): engaged
+    while the xmin horizon is held (TableCare sees it), off otherwise.
+
+    While something holds the horizon (a transaction left open, a long report), VACUUM
+    removes nothing, and every job a claim took leaves an entry in the claim index that
+    only a visit of its row shows to be dead. A claim reading from the start of a queue's
+    level walks all of them: its cost grows with the job rate times the horizon's age.
+    From a floor, a claim reads the live part only. A floor is never above a pending job
+    a writer could still make visible (CLAIM_FLOORS says how), save one made pending with
+    a run_after older than its writer's start: a backdated job or a claim put back with
+    its old run_after waits at most FLOORS_RESET_S, when the floors are read from the
+    start. Off, a claim reads every level from its start, as it always did.
+    """
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self.engaged = False
+        self._floors: dict[str, Any] = {}
+        self._tops: dict[str, int] = {}
+        #: No running job's lease ends before it (None: read leases from the start).
+        self.lease_floor: Any = None
+        self._step_at = 0.0
+        self._reset_at = 0.0
+
+    def engage(self, held: bool) -> None:
+        """The horizon is held (engage) or moves (off)."""
+        if held and not self.engaged:
+            self._step_at = self._reset_at = 0.0
+        elif not held:
+            self._tops.clear()
+        if held != self.engaged:
+            self._floors.clear()
+            self.lease_floor = None
+        self.engaged = held
+
+    def params(self, queues: list[str]) -> dict[str, list[Any]]:
+        """The %(floors)s and %(tops)s of a claim of `queues` (NULLs when off)."""
+        if not self.engaged:
+            return {"floors": [None] * len(queues), "tops": [None] * len(queues)}
+        now = time.monotonic()
+        if now >= self._reset_at:
+            self._floors.clear()
+            self.lease_floor = None
+            self._reset_at = now + FLOORS_RESET_S
+        if now >= self._step_at or any(queue not in self._floors for queue in queues):
+            self._read(queues)
+            self._step_at = now + FLOORS_STEP_S
+        return {
+            "floors": [self._floors.get(queue) for queue in queues],
+            "tops": [self._tops.get(queue) for queue in queues],
+        }
+
+    def _read(self, queues: list[str]) -> None:
+        rows = db.fetchall(
+            sql.CLAIM_FLOORS,
+            {
+                "queues": queues,
+                "floors": [self._floors.get(queue) for queue in queues],
+                "lease_floor": self.lease_floor,
+            },
+            self.alias,
+        )
+        for queue, floor, top, lease_floor in rows:
+            self._floors[queue] = floor
+            self.lease_floor = lease_floor
+            if top is not None:  # none pending: the last top stays the likeliest
+                self._tops[queue] = top
+
+
+_floors: dict[str, ClaimFloors] = {}
+
+
+def claim_floors(alias: str) -> ClaimFloors:
+    """Where this process's claims of database `alias` start reading each queue."""
+    floors = _floors.get(alias)
+    if floors is None:
+        floors = _floors[alias] = ClaimFloors(alias)
+    return floors

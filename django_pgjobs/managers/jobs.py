@@ -200,7 +200,9 @@ class JobManager(JobReads):
         """Return seconds until a job of `queues` next becomes claimable: the next scheduled
         job, or the next running job whose lease lapses. None when there is neither."""
         names = options.validate_queue_names(queues)
-        ((seconds,),) = db.fetchall(sql.NEXT_DUE_IN, {"queues": names}, using)
+        lease_floor = claiming.claim_floors(db.alias(using)).lease_floor
+        params = {"queues": names, "lease_floor": lease_floor}
+        ((seconds,),) = db.fetchall(sql.NEXT_DUE_IN, params, using)
         return None if seconds is None else max(float(seconds), 0.0)
 
     def tune_worker_connection(self, *, using: str | None = None) -> None:
@@ -509,6 +511,22 @@ class JobManager(JobReads):
     def prune_done(self, limit: int, *, using: str | None = None) -> int:
         """Delete up to `limit` done jobs whose result retention has ended (S24)."""
         return int(db.fetchall(sql.PRUNE_DONE, {"limit": limit}, using)[0][0])
+
+    def table_upkeep(self, *, using: str | None = None) -> tuple[int, int, str | None]:
+        """The job table's dead and live rows, and the database's xmin horizon (the
+        oldest transaction id something still needs; None: nothing holds one)."""
+        ((dead, live, horizon),) = db.fetchall(sql.JOB_TABLE_UPKEEP, {}, using)
+        return int(dead or 0), int(live or 0), horizon
+
+    def vacuum(self, *, using: str | None = None) -> None:
+        """VACUUM the job table (skipped when another VACUUM of it runs); outside any
+        transaction."""
+        db.utility(sql.VACUUM_JOB_TABLE, using)
+
+    def claim_from_floors(self, held: bool, *, using: str | None = None) -> None:
+        """Whether this process's claims read from their queues' floors: while the xmin
+        horizon is held (see claiming.ClaimFloors)."""
+        claiming.claim_floors(db.alias(using)).engage(held)
 
     def try_sweep_lock(self, *, using: str | None = None) -> bool:
         """Take the sweeper's turn for the current transaction (False: another has it)."""

@@ -41,6 +41,7 @@ from django_pgjobs.worker.services import (
     RegistryService,
     SchedulerService,
     SweeperService,
+    TableCareService,
 )
 from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
 from django_pgjobs.worker.timeouts import Timeouts
@@ -259,6 +260,9 @@ class Worker:
         using = self.options.using
         if self.options.sweep_interval > 0:
             services.append(SweeperService(using=using, interval=self.options.sweep_interval))
+        vacuum_interval = _seconds(None, pgjobs_settings.VACUUM_INTERVAL)
+        if vacuum_interval > 0:
+            services.append(TableCareService(using=using, interval=vacuum_interval))
         if self.options.schedules:
             services.append(SchedulerService(using=using, poll_interval=self.options.poll_interval))
         services.append(

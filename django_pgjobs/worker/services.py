@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from django_pgjobs.db import connection as db
 from django_pgjobs.exceptions import InvalidJobOption
-from django_pgjobs.maintenance import Sweeper
+from django_pgjobs.maintenance import Sweeper, TableCare
 from django_pgjobs.models import Worker
 from django_pgjobs.scheduler import Scheduler
 from django_pgjobs.worker.faults import RECONNECT_BACKOFF_CAP_S, describe, is_outage
@@ -88,6 +88,25 @@ class SweeperService(BackgroundService):
 
     def run_once(self) -> float:
         self.sweeper.run_once()
+        return self.interval
+
+
+class TableCareService(BackgroundService):
+    """The job table's care (a VACUUM when one is due and can help) every `interval`
+    seconds."""
+
+    name = "table care"
+
+    def __init__(self, *, using: str, interval: float) -> None:
+        super().__init__(using=using)
+        self.interval = interval
+        self.care = TableCare(using=using)
+
+    def first_wait(self) -> float:
+        return self.interval
+
+    def run_once(self) -> float:
+        self.care.run_once()
         return self.interval
 
 

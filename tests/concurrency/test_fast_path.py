@@ -28,6 +28,9 @@ def test_bookkeeping_asks_for_an_asynchronous_commit_of_its_own_transaction() ->
         conn.autocommit = False
         params = {
             "queues": ["default"],
+            "floors": [None],
+            "tops": [None],
+            "lease_floor": None,
             "worker_id": "w",
             "synchronous_commit": "off",
             "due": True,
@@ -91,16 +94,29 @@ def test_the_generic_claim_plan_walks_indexes_and_never_compiles() -> None:
     )
     execute("ANALYZE pgjobs_job")
     statement = sql.claim_jobs(32)
-    names = ("queues", "worker_id", "synchronous_commit", "due", "only_kinds", "not_kinds")
+    names = (
+        "queues",
+        "worker_id",
+        "synchronous_commit",
+        "due",
+        "only_kinds",
+        "not_kinds",
+        "floors",
+        "tops",
+        "lease_floor",
+    )
     for index, name in enumerate(names, start=1):
         statement = statement.replace(f"%({name})s", f"${index}")
     with other_connection() as conn:
         conn.execute(sql.TUNE_WORKER_SESSION)
-        conn.execute(f"PREPARE claim(text[], text, text, boolean, text[], text[]) AS {statement}")
+        conn.execute(
+            "PREPARE claim(text[], text, text, boolean, text[], text[], timestamptz[], int[],"
+            f" timestamptz) AS {statement}"
+        )
         conn.execute("BEGIN")
         (plan,) = conn.execute(
             "EXPLAIN (ANALYZE, FORMAT JSON) "
-            "EXECUTE claim('{default}', 'w', 'off', true, NULL, NULL)"
+            "EXECUTE claim('{default}', 'w', 'off', true, NULL, NULL, '{NULL}', '{NULL}', NULL)"
         ).fetchone()
         conn.execute("ROLLBACK")
     text = json.dumps(plan)

@@ -21,6 +21,7 @@ from django_pgjobs.db.sql.queues import *  # noqa: F403
 from django_pgjobs.db.sql.schedules import *  # noqa: F403
 from django_pgjobs.db.sql.session import *  # noqa: F403
 from django_pgjobs.db.sql.stats import *  # noqa: F403
+from django_pgjobs.db.sql.upkeep import *  # noqa: F403
 from django_pgjobs.db.sql.workers import *  # noqa: F403
 from django_pgjobs.db.sql.workflows import *  # noqa: F403
 from django_pgjobs.db.sql.workflows_0006 import *  # noqa: F403

@@ -36,37 +36,59 @@ CLAIM_JOBS = f"""
 -- for %(worker_id)s (S6-S8) by priority DESC, run_after, id. Each row also says whether
 -- a lapsed claim waits in these queues (S9): the caller then runs RESCUE_LAPSED_JOBS and
 -- claims again. An empty claim still returns one row, for that flag.
-WITH RECURSIVE levels (queue, priority) AS (
-    -- A skip scan of the claim index: one row per (queue, priority) holding pending
-    -- jobs, each found by one index probe. Reading runnable rows level by level means a
-    -- claim never wades through scheduled rows sorted between two runnable ones.
-    SELECT q.name, (SELECT j.priority FROM pgjobs_job AS j
-                    WHERE j.state = 'pending' AND {UNKEYED} AND j.queue = q.name
-                    ORDER BY j.priority DESC LIMIT 1)
-    FROM unnest(%(queues)s::text[]) AS q(name)
+-- Per queue, %(floors)s and %(tops)s (each NULL: none) are what CLAIM_FLOORS found:
+-- the claim reads each level of the claim index from the queue's floor on, below which
+-- only the dead entries of claimed jobs lie while the xmin horizon is held, and starts
+-- its skip scan at the top level the queue last had, probing above it first.
+WITH RECURSIVE queues (name, floor, top) AS (
+    SELECT q.name, coalesce(q.floor, '-infinity'), coalesce(q.top, 101)
+    FROM unnest(%(queues)s::text[], %(floors)s::timestamptz[], %(tops)s::int[])
+         AS q(name, floor, top)
     -- Paused queues are never claimed; limited ones only by CLAIM_LIMITED_JOBS.
     WHERE NOT EXISTS (
         SELECT 1 FROM pgjobs_queue AS c
         WHERE c.name = q.name
           AND (c.paused OR c.max_running IS NOT NULL OR c.rate_limit IS NOT NULL)
     )
+),
+levels (queue, floor, priority) AS (
+    -- A skip scan of the claim index: one row per (queue, priority) holding pending
+    -- jobs, each found by one index probe. Reading runnable rows level by level means a
+    -- claim never wades through scheduled rows sorted between two runnable ones. The
+    -- first level is the highest above the queue's last top, else that top, else the
+    -- highest below it (priorities run from -100 to 100: a top of 101 is none).
+    SELECT q.name, q.floor, coalesce(
+        (SELECT j.priority FROM pgjobs_job AS j
+         WHERE j.state = 'pending' AND {UNKEYED} AND j.queue = q.name
+           AND j.priority > q.top AND j.run_after >= q.floor
+         ORDER BY j.priority DESC LIMIT 1),
+        (SELECT j.priority FROM pgjobs_job AS j
+         WHERE j.state = 'pending' AND {UNKEYED} AND j.queue = q.name
+           AND j.priority = q.top AND j.run_after >= q.floor
+         ORDER BY j.run_after, j.id LIMIT 1),
+        (SELECT j.priority FROM pgjobs_job AS j
+         WHERE j.state = 'pending' AND {UNKEYED} AND j.queue = q.name
+           AND j.priority < q.top AND j.run_after >= q.floor
+         ORDER BY j.priority DESC LIMIT 1))
+    FROM queues AS q
     UNION ALL
-    SELECT l.queue, (SELECT j.priority FROM pgjobs_job AS j
-                     WHERE j.state = 'pending' AND {UNKEYED} AND j.queue = l.queue
-                       AND j.priority < l.priority
-                     ORDER BY j.priority DESC LIMIT 1)
+    SELECT l.queue, l.floor, (SELECT j.priority FROM pgjobs_job AS j
+                              WHERE j.state = 'pending' AND {UNKEYED} AND j.queue = l.queue
+                                AND j.priority < l.priority AND j.run_after >= l.floor
+                              ORDER BY j.priority DESC LIMIT 1)
     FROM levels AS l
     WHERE l.priority IS NOT NULL
 ),
 ordered_levels AS (
     -- Within one priority, the queue holding the oldest runnable job goes first.
-    SELECT l.queue, l.priority
+    SELECT l.queue, l.floor, l.priority
     FROM levels AS l
     WHERE l.priority IS NOT NULL
     ORDER BY l.priority DESC,
              (SELECT j.run_after FROM pgjobs_job AS j
               WHERE j.state = 'pending' AND {UNKEYED} AND j.queue = l.queue
-                AND j.priority = l.priority AND j.run_after <= now()
+                AND j.priority = l.priority AND j.run_after >= l.floor
+                AND j.run_after <= now()
               ORDER BY j.run_after, j.id LIMIT 1) NULLS LAST,
              l.queue
 ),
@@ -78,7 +100,7 @@ picked AS (
     CROSS JOIN LATERAL (
         SELECT j.id FROM pgjobs_job AS j
         WHERE {CLAIMABLE} AND {UNKEYED} AND j.queue = l.queue AND j.priority = l.priority
-          AND {OF_KINDS}
+          AND j.run_after >= l.floor AND {OF_KINDS}
         ORDER BY j.run_after, j.id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -86,6 +108,45 @@ picked AS (
     LIMIT %(limit)s
 ),
 {CLAIM_PICKED}
+"""
+
+CLAIM_FLOORS = """
+-- Per queue of %(queues)s, its floor: a time no pending job of the queue that is or will
+-- become visible runs before, save one made pending with an earlier run_after than its
+-- writer's start (a backdated job, a lapsed claim put back): the earliest run_after of
+-- its pending jobs from its last floor %(floors)s on (NULL: from the start), the start of
+-- the oldest transaction that may still write jobs (one holding the job table's
+-- RowExclusiveLock, as every INSERT, UPDATE and DELETE does), and this statement's start
+-- less 100 ms (a writer that took its lock just after the locks were read), whichever
+-- is earliest. Also its top: the highest priority of its pending unkeyed jobs from there
+-- (NULL: none). And, the same in every row, the lease floor: no running job's lease ends
+-- before it (save one shortened by hand), read from %(lease_floor)s on the same way, a
+-- lease being at least a second long.
+WITH writers AS (
+    SELECT min(a.xact_start) AS since
+    FROM pg_locks AS l
+    JOIN pg_stat_activity AS a ON a.pid = l.pid
+    WHERE l.locktype = 'relation' AND l.relation = 'pgjobs_job'::regclass
+      AND l.mode = 'RowExclusiveLock' AND l.pid <> pg_backend_pid()
+)
+SELECT q.name,
+       least((SELECT j.run_after FROM pgjobs_job AS j
+              WHERE j.state = 'pending' AND j.queue = q.name
+                AND j.run_after >= coalesce(q.floor, '-infinity')
+              ORDER BY j.run_after LIMIT 1),
+             w.since,
+             statement_timestamp() - interval '100 milliseconds') AS floor,
+       (SELECT j.priority FROM pgjobs_job AS j
+        WHERE j.state = 'pending' AND j.limit_key IS NULL AND j.queue = q.name
+          AND j.run_after >= coalesce(q.floor, '-infinity')
+        ORDER BY j.priority DESC LIMIT 1) AS top,
+       least((SELECT j.claimed_until FROM pgjobs_job AS j
+              WHERE j.state = 'running'
+                AND j.claimed_until >= coalesce(%(lease_floor)s::timestamptz, '-infinity')
+              ORDER BY j.claimed_until LIMIT 1),
+             w.since + interval '1 second',
+             statement_timestamp() + interval '900 milliseconds') AS lease_floor
+FROM unnest(%(queues)s::text[], %(floors)s::timestamptz[]) AS q(name, floor), writers AS w
 """
 
 

@@ -141,7 +141,10 @@ UNKEYED = "j.limit_key IS NULL"
 #: Seconds from the statement's start until a job of %(queues)s next becomes claimable:
 #: the earliest scheduled pending job, the earliest running job whose lease will lapse,
 #: or the next slot of a rated queue whose runnable jobs wait for its rate (S37: its
-#: workers wake when the slot opens, not at the next poll) (NULL: none of these).
+#: workers wake when the slot opens, not at the next poll) (NULL: none of these). With a
+#: %(lease_floor)s (CLAIM_FLOORS: the horizon is held), leases are left out: the entries
+#: of every job acked within a lease's length lie before the first live one, and none
+#: can be marked dead; a lapse is then found by the next claim's probe, from the floor.
 NEXT_DUE_SECONDS = """extract(epoch FROM least(
     (SELECT min(n.run_after)
      FROM unnest(%(queues)s::text[]) AS q(name)
@@ -153,6 +156,7 @@ NEXT_DUE_SECONDS = """extract(epoch FROM least(
      ) AS n),
     (SELECT j.claimed_until FROM pgjobs_job AS j
      WHERE j.state = 'running' AND j.claimed_until > now()
+       AND %(lease_floor)s::timestamptz IS NULL
        AND j.queue = ANY(%(queues)s::text[])
      ORDER BY j.claimed_until
      LIMIT 1),
@@ -218,6 +222,7 @@ flags AS (
     SELECT EXISTS (
         SELECT 1 FROM pgjobs_job AS j
         WHERE j.state = 'running' AND j.claimed_until <= now()
+          AND j.claimed_until >= coalesce(%(lease_floor)s::timestamptz, '-infinity')
           AND j.queue = ANY(%(queues)s::text[])
     ) AS lapsed_waiting,
     -- Whether keyed jobs wait in these queues (S34): one probe of the keyed index each.

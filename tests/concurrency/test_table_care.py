@@ -1,0 +1,81 @@
+"""The job table's care (issue 27): a VACUUM when the dead rows claims walk past outnumber
+the live ones and can be removed; none in vain while the horizon that held the last one's
+leftovers still holds; and the worker does it by itself, without waiting for autovacuum."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+
+from django_pgjobs.maintenance import TableCare
+from django_pgjobs.models import Job
+from tests.helpers import execute, other_connection, running_worker, scalar, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def dead_rows() -> int:
+    """The statistics' dead rows of the job table, once this session's counts are in."""
+    return int(scalar("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'pgjobs_job'"))
+
+
+def vacuums() -> int:
+    return int(scalar("SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'pgjobs_job'"))
+
+
+def leave_dead_rows(n: int) -> None:
+    """Write `n` jobs and delete them, as finished jobs go; wait for the statistics."""
+    before = dead_rows()
+    Job.objects.enqueue_many([{"kind": "tests.noop", "queue": "care"}] * n)
+    execute("DELETE FROM pgjobs_job WHERE queue = 'care'")
+    execute("SELECT pg_stat_force_next_flush()")
+    wait_until(lambda: dead_rows() >= before + n, timeout=15, interval=0.2)
+
+
+def test_dead_rows_beyond_the_live_ones_are_vacuumed() -> None:
+    leave_dead_rows(1500)
+    ran = vacuums()
+
+    assert TableCare(min_dead=1000).run_once() is True
+
+    assert vacuums() == ran + 1
+    assert dead_rows() < 1000
+
+
+def test_dead_rows_fewer_than_the_live_ones_or_the_minimum_are_left_to_autovacuum() -> None:
+    Job.objects.enqueue_many([{"kind": "tests.noop", "queue": "kept"}] * 1500)
+    leave_dead_rows(1200)
+    ran = vacuums()
+
+    assert TableCare(min_dead=1000).run_once() is False  # 1,200 dead beside 1,500 live
+    assert TableCare(min_dead=5000).run_once() is False
+    assert vacuums() == ran
+
+
+def test_no_vacuum_in_vain_while_the_horizon_holds_and_one_as_soon_as_it_moves() -> None:
+    care = TableCare(min_dead=1000)
+    with other_connection(autocommit=False) as pin:
+        pin.execute("SELECT txid_current()")  # an XID held: the horizon stays here
+        leave_dead_rows(1500)
+
+        assert care.run_once() is True  # the first under this horizon: it cannot know
+        left = dead_rows()
+        assert left >= 1500  # nothing could go
+        ran = vacuums()
+        leave_dead_rows(500)
+
+        assert care.run_once() is False  # the same horizon: another VACUUM is in vain
+        assert vacuums() == ran
+        pin.rollback()
+
+    assert care.run_once() is True
+    assert dead_rows() < 1000
+
+
+@override_settings(PGJOBS={"VACUUM_INTERVAL": 0.2})
+def test_a_worker_vacuums_the_table_by_itself_within_its_interval() -> None:
+    with running_worker(queues=["default"]):
+        ran = vacuums()
+        leave_dead_rows(1500)
+        wait_until(lambda: vacuums() > ran, timeout=10, interval=0.1)
+    assert dead_rows() < 1000
