@@ -34,6 +34,25 @@ def tally(ctx: JobHandle) -> None:
     os.write(_tally[0], b"%d\n" % ctx.id)  # one small O_APPEND write: whole lines
 
 
+#: This process's pickup file (the pressure benchmark), opened at its first line.
+_pickups: list[int] = []
+
+
+@job(name="bench.pressure")
+def pressure(ctx: JobHandle) -> None:
+    """A 1 ms job that first appends "id start" to the process's file in
+    $PGJOBS_BENCH_PICKUP (a directory): the pressure benchmark's pickup latency, measured
+    without a write to the database under pressure."""
+    started = time.time()
+    if not _pickups:
+        with _tally_lock:
+            if not _pickups:
+                path = os.path.join(os.environ["PGJOBS_BENCH_PICKUP"], f"{os.getpid()}.starts")
+                _pickups.append(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+    os.write(_pickups[0], b"%d %.6f\n" % (ctx.id, started))
+    time.sleep(0.001)
+
+
 @job(name="bench.stamp")
 def stamp(ctx: JobHandle) -> None:
     started = time.time()

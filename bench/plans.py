@@ -64,6 +64,9 @@ def plans(database: Database, sizes: Sizes) -> list[Figure]:
     claim = sql.claim_jobs(CLAIM_SIZE)
     claim_params = {
         "queues": ["default"],
+        "floors": [None],
+        "tops": [None],
+        "lease_floor": None,
         "worker_id": "bench-explain",
         "synchronous_commit": None,
         "due": True,

@@ -54,7 +54,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # PGJOBS_BENCH_HEARTBEAT sets the worker registry's heartbeat (the console benchmark's
 # drain with the registry beating 50 times as often as by default, against almost never).
 # PGJOBS_BENCH_PREPARE=0: workers behind PgBouncer in transaction mode (many_workers).
+# PGJOBS_BENCH_VACUUM_INTERVAL=0: workers that leave the job table to autovacuum (the
+# pressure benchmark's "before").
 PGJOBS = {
+    "VACUUM_INTERVAL": float(os.environ.get("PGJOBS_BENCH_VACUUM_INTERVAL", "5")),
     "NOTIFY": os.environ.get("PGJOBS_BENCH_NOTIFY", "1") == "1",
     "WORKER_HEARTBEAT": float(os.environ.get("PGJOBS_BENCH_HEARTBEAT", "5")),
     "PREPARE": os.environ.get("PGJOBS_BENCH_PREPARE", "1") == "1",
@@ -65,6 +68,12 @@ LOGGING = {
     "handlers": {"stderr": {"class": "logging.StreamHandler"}},
     "loggers": {
         "django_pgjobs.worker": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
+        # The table's care: its VACUUMs, and when claims read from floors (pressure).
+        "django_pgjobs.maintenance": {
+            "handlers": ["stderr"],
+            "level": "INFO",
+            "propagate": False,
+        },
         "django_pgjobs.jobs": {"handlers": ["stderr"], "level": "ERROR", "propagate": False},
     },
 }

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench import console, long, many_workers, plans, wake, workflows
+from bench import console, long, many_workers, plans, pressure, wake, workflows
 from bench.harness import WORKER_APP_NAME, Database, Figure, WorkerProcess, stop_all, wait_for
 
 
@@ -54,6 +54,13 @@ class Sizes:
     many_workers: int = 100
     many_workers_jobs: int = 100_000
     many_workers_idle_s: float = 30.0
+    pressure_rate: int = 500
+    pressure_handlers: int = 16
+    pressure_clean_s: float = 60.0
+    pressure_pinned_s: float = 600.0
+    pressure_recovery_s: float = 90.0
+    pressure_pins: tuple[str, ...] = tuple(os.environ.get("PGJOBS_BENCH_PINS", "idle").split(","))
+    pressure_sample_s: float = 2.0
 
 
 SMOKE = Sizes(
@@ -84,6 +91,12 @@ SMOKE = Sizes(
     many_workers=5,
     many_workers_jobs=1000,
     many_workers_idle_s=2.0,
+    pressure_rate=100,
+    pressure_clean_s=4.0,
+    pressure_pinned_s=6.0,
+    pressure_recovery_s=5.0,
+    pressure_pins=("idle", "readers", "terminate"),
+    pressure_sample_s=0.5,
 )
 
 INSERT_NOOPS = """
@@ -832,4 +845,5 @@ BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
     "console": console.pages,
     "registry": console.registry_drain,
     "many_workers": many_workers.many_workers,
+    "pressure": pressure.pressure,
 }

@@ -1,0 +1,464 @@
+"""A queue in a database under pressure (issue 27): `python -m bench --only pressure`.
+
+A producer offers jobs at a fixed rate through `enqueue_many` batches while one worker
+drains them, through three phases: clean; pinned, where something holds the database's
+xmin horizon (an idle session in a transaction that holds an XID, or REPEATABLE READ
+readers scanning the job tables), so VACUUM can remove none of the rows finished jobs
+leave; and recovery, after the horizon is released. Per phase: the completion rate against
+the offered one, the pickup latency (commit of the enqueue to the handler's first line),
+the claim statement's time and buffers (EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) samples of
+a claim, in a transaction rolled back), the job table's dead tuples and its size with its indexes.
+
+Sizes: smoke (seconds, for CI) and full (`Sizes.pressure_*`: 500 jobs/s, ten minutes
+pinned). PGJOBS_BENCH_RATE, PGJOBS_BENCH_CLEAN_S, PGJOBS_BENCH_PINNED_S and
+PGJOBS_BENCH_AFTER_S override the rate and the phases' lengths; PGJOBS_BENCH_PINS the
+pressures, of idle, readers and terminate (full size: idle).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql as pgsql
+
+from bench.harness import (
+    WORKER_APP_NAME,
+    Database,
+    Figure,
+    WorkerProcess,
+    stop_all,
+    wait_for,
+)
+from bench.plans import plan_numbers
+
+if TYPE_CHECKING:
+    from bench.suite import Sizes
+
+#: How many batches a second the producer sends (each of rate / TICKS jobs).
+TICKS = 20
+#: The claim the samples explain: what a worker with this many free places sends.
+CLAIM_SAMPLE_LIMIT = 10
+
+
+@dataclass
+class Phase:
+    name: str
+    started: float = 0.0
+    ended: float = 0.0
+    #: (seconds since the run began, claim ms, claim buffers) of each sample.
+    claims: list[tuple[float, float, int]] = field(default_factory=list)
+    dead_tuples: int = 0
+    table_mb: float = 0.0
+    live_rows: int = 0
+    terminated: int = 0
+    #: The claim sample that read the most buffers, and its plan.
+    costliest: tuple[int, str] = (0, "")
+
+
+class Producer(threading.Thread):
+    """Offers `rate` jobs a second in TICKS batches a second through enqueue_many and
+    records the moment each batch committed (autocommit: when enqueue_many returned).
+
+    A batch that fails (its connection terminated: the "terminate" pressure) is counted
+    by its exception's class and message, and the next goes on a new connection; an
+    error that is not a database error is what callers do not expect, and is reported."""
+
+    def __init__(self, rate: int) -> None:
+        super().__init__(daemon=True)
+        self.rate = rate
+        self.committed: dict[int, float] = {}
+        self.behind_s = 0.0
+        self.failed: Counter[str] = Counter()
+        #: Failures that were not the OperationalError (or InterfaceError) callers expect.
+        self.unexpected: Counter[str] = Counter()
+        self.error: BaseException | None = None
+        self.pid: int | None = None
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        from django.db import InterfaceError, OperationalError, connection
+
+        from django_pgjobs.models import Job
+
+        per_tick = max(1, self.rate // TICKS)
+        interval = per_tick / self.rate
+        next_at = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                try:
+                    connection.ensure_connection()
+                    self.pid = connection.connection.info.backend_pid
+                    results = Job.objects.enqueue_many([{"kind": "bench.pressure"}] * per_tick)
+                except Exception as error:
+                    name = f"{type(error).__module__}.{type(error).__name__}"
+                    self.failed[f"{name}: {str(error).strip()[:120]}"] += 1
+                    if not isinstance(error, (OperationalError, InterfaceError)):
+                        self.unexpected[name] += 1
+                    connection.close()
+                    results = []
+                now = time.time()
+                for result in results:
+                    self.committed[int(result.id)] = now
+                next_at += interval
+                lag = next_at - time.monotonic()
+                if lag > 0:
+                    self._stop.wait(lag)
+                else:
+                    self.behind_s = max(self.behind_s, -lag)
+        except BaseException as error:  # reported by the benchmark, not lost in a thread
+            self.error = error
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join(30)
+
+
+class Pin:
+    """The pressure of a phase: 'idle' (a session idle in a transaction holding an XID, the
+    horizon held), 'readers' (sessions in REPEATABLE READ scanning the job tables every
+    second, the horizon held) or 'terminate' (the worker's and the producer's connections
+    ended by pg_terminate_backend twice a second)."""
+
+    READERS = 4
+    TERMINATE_EVERY_S = 0.5
+
+    def __init__(self, database: Database, how: str, producer: Producer) -> None:
+        self.database, self.how, self.producer = database, how, producer
+        self.terminated = 0
+        self._stop = threading.Event()
+        self._connections: list[psycopg.Connection[Any]] = []
+        self._threads: list[threading.Thread] = []
+
+    def __enter__(self) -> Pin:
+        if self.how == "idle":
+            conn = psycopg.connect(self.database.url)  # not autocommit: BEGIN is implicit
+            conn.execute("SELECT txid_current()")  # an XID, held while the session idles
+            self._connections.append(conn)
+        elif self.how == "terminate":
+            conn = psycopg.connect(self.database.url, autocommit=True)
+            self._connections.append(conn)
+            thread = threading.Thread(target=self._terminate, args=(conn,), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        else:
+            for _ in range(self.READERS):
+                conn = psycopg.connect(self.database.url)
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                self._connections.append(conn)
+                thread = threading.Thread(target=self._read, args=(conn,), daemon=True)
+                thread.start()
+                self._threads.append(thread)
+        return self
+
+    def _read(self, conn: psycopg.Connection[Any]) -> None:
+        while not self._stop.is_set():
+            conn.execute(
+                "SELECT count(*), count(DISTINCT kind), max(run_after) FROM pgjobs_job"
+            ).fetchone()
+            conn.execute("SELECT count(*) FROM pgjobs_dead").fetchone()
+            self._stop.wait(1.0)
+
+    def _terminate(self, conn: psycopg.Connection[Any]) -> None:
+        while not self._stop.wait(self.TERMINATE_EVERY_S):
+            row = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database()"
+                " AND (application_name = %s OR pid = %s)",
+                [WORKER_APP_NAME, self.producer.pid or 0],
+            ).fetchone()
+            self.terminated += int(row[0]) if row else 0
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(30)
+        for conn in self._connections:
+            conn.rollback()
+            conn.close()
+
+
+#: What the worker logs (TableCare) when its claims start and stop reading from floors.
+FLOORS_ON = "claims read from their queues' floors"
+FLOORS_OFF = "claims read each queue from its start"
+
+
+def _claim_sample(database: Database, worker: WorkerProcess, floors: Any) -> tuple[float, int, str]:
+    """One claim's execution time (ms), shared buffers and plan, explained in a
+    transaction that is rolled back (the jobs it took stay where they were): the claim
+    the worker sends now, from its queues' floors while it says it reads from them, with
+    the plan the worker's tuned connection has (generic, planned once)."""
+    from django_pgjobs.db import sql
+
+    output = worker.output()
+    floors.engage(output.rfind(FLOORS_ON) > output.rfind(FLOORS_OFF))
+    params = {
+        **floors.params(["default"]),
+        "lease_floor": floors.lease_floor,
+        "queues": ["default"],
+        "worker_id": "bench-pressure-explain",
+        "synchronous_commit": None,
+        "due": True,
+        "only_kinds": None,
+        "not_kinds": None,
+    }
+    statement = sql.claim_jobs(CLAIM_SAMPLE_LIMIT)
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
+    for index, name in enumerate(names, start=1):
+        statement = statement.replace(f"%({name})s", f"${index}")
+    with database.connect() as conn:
+        # As the worker runs it: on a tuned connection, prepared, planned once (generic).
+        conn.execute(sql.TUNE_WORKER_SESSION)
+        conn.execute(f"PREPARE claim_sample AS {statement}")
+        values = pgsql.SQL(", ").join(pgsql.Literal(params[name]) for name in names)
+        execute = pgsql.SQL("EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) EXECUTE claim_sample({})")
+        with conn.transaction(force_rollback=True):
+            rows = conn.execute(execute.format(values)).fetchall()
+    plan = "\n".join(row[0] for row in rows)
+    numbers = plan_numbers(plan)
+    buffers = sum(
+        int(part.split("=")[1])
+        for part in numbers["buffers"].removeprefix("shared ").split()
+        if "=" in part
+    )
+    return float(numbers["execution_ms"] or 0.0), buffers, plan
+
+
+def _table_state(database: Database) -> tuple[int, int, float]:
+    """The job table's dead tuples, live rows and size with its indexes (MB)."""
+    with database.connect() as conn:
+        row = conn.execute(
+            "SELECT n_dead_tup, (SELECT count(*) FROM pgjobs_job),"
+            " pg_total_relation_size('pgjobs_job') / 1048576.0"
+            " FROM pg_stat_user_tables WHERE relname = 'pgjobs_job'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1]), float(row[2])
+
+
+def _read_pickups(directory: Path) -> dict[int, float]:
+    started: dict[int, float] = {}
+    for path in directory.glob("*.starts"):
+        for line in path.read_text().splitlines():
+            job_id, at = line.split()
+            started.setdefault(int(job_id), float(at))
+    return started
+
+
+def _percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))] if ordered else 0.0
+
+
+def pressure(database: Database, sizes: Sizes) -> list[Figure]:
+    rate = int(os.environ.get("PGJOBS_BENCH_RATE", sizes.pressure_rate))
+    pinned_s = float(os.environ.get("PGJOBS_BENCH_PINNED_S", sizes.pressure_pinned_s))
+    clean_s = float(os.environ.get("PGJOBS_BENCH_CLEAN_S", sizes.pressure_clean_s))
+    after_s = float(os.environ.get("PGJOBS_BENCH_AFTER_S", sizes.pressure_recovery_s))
+    plan = [("clean", clean_s, None)]
+    for how in sizes.pressure_pins:
+        plan += [(f"pinned ({how})", pinned_s, how), (f"after {how}", after_s, None)]
+    database.reset_jobs()
+    print(
+        f"   pressure: {rate} jobs/s through {' → '.join(f'{n} {s:.0f} s' for n, s, _ in plan)}",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="pgjobs-pressure-") as tally:
+        worker = WorkerProcess(
+            database,
+            "--concurrency",
+            str(sizes.pressure_handlers),
+            env={"PGJOBS_BENCH_PICKUP": tally},
+        )
+        from django_pgjobs.managers.claiming import ClaimFloors
+
+        producer = Producer(rate)
+        floors = ClaimFloors("default")
+        phases: list[Phase] = []
+        began = time.monotonic()
+        try:
+            wait_for(lambda: "worker started" in worker.output(), 60, what="the worker to start")
+            producer.start()
+            for name, seconds, how in plan:
+                phase = Phase(name, started=time.time())
+                pin = Pin(database, how, producer) if how else None
+                if pin:
+                    pin.__enter__()
+                try:
+                    deadline = time.monotonic() + seconds
+                    while time.monotonic() < deadline:
+                        ms, buffers, plan = _claim_sample(database, worker, floors)
+                        phase.claims.append((time.monotonic() - began, ms, buffers))
+                        if buffers > phase.costliest[0]:
+                            phase.costliest = (buffers, plan)
+                        time.sleep(
+                            min(sizes.pressure_sample_s, max(0, deadline - time.monotonic()))
+                        )
+                        if producer.error:
+                            raise producer.error
+                    phase.dead_tuples, phase.live_rows, phase.table_mb = _table_state(database)
+                finally:
+                    if pin:
+                        pin.__exit__()
+                        phase.terminated = pin.terminated
+                phase.ended = time.time()
+                phases.append(phase)
+                _say(phase, rate)
+            producer.stop()
+            if producer.error:
+                raise producer.error
+            offered = len(producer.committed)
+            wait_for(
+                lambda: len(_read_pickups(Path(tally))) >= offered,
+                timeout=120,
+                interval=0.5,
+                what=f"the worker to start all {offered} jobs",
+            )
+            wait_for(lambda: database.count() == 0, timeout=60, what="the table to empty")
+        finally:
+            producer.stop()
+            stop_all([worker])
+        started = _read_pickups(Path(tally))
+    lost = [job_id for job_id in producer.committed if job_id not in started]
+    figures = _figures(phases, producer.committed, started, rate, lost, producer.behind_s)
+    unexpected = sum(producer.unexpected.values())
+    figures.append(
+        Figure(
+            "pressure",
+            "enqueue_many failures other than OperationalError",
+            unexpected,
+            "batches",
+            target="0",
+            met=not unexpected,
+            details={"failures": dict(producer.failed)},
+        )
+    )
+    return figures
+
+
+def _say(phase: Phase, rate: int) -> None:
+    times = [ms for _, ms, _ in phase.claims]
+    buffers = [b for _, _, b in phase.claims]
+    print(
+        f"   {phase.name:>20}: claim {statistics.mean(times):.2f} ms,"
+        f" {statistics.mean(buffers):.0f} buffers; {phase.dead_tuples} dead tuples,"
+        f" {phase.table_mb:.1f} MB for {phase.live_rows} rows"
+        + (f"; {phase.terminated} connections terminated" if phase.terminated else ""),
+        flush=True,
+    )
+
+
+def _figures(
+    phases: list[Phase],
+    committed: dict[int, float],
+    started: dict[int, float],
+    rate: int,
+    lost: list[int],
+    behind_s: float,
+) -> list[Figure]:
+    figures: list[Figure] = []
+    clean = phases[0]
+    clean_ms = statistics.mean(ms for _, ms, _ in clean.claims)
+    clean_buffers = statistics.mean(b for _, _, b in clean.claims)
+    for phase in phases:
+        span = phase.ended - phase.started
+        enqueued = [i for i, at in committed.items() if phase.started <= at < phase.ended]
+        done = sum(1 for at in started.values() if phase.started <= at < phase.ended)
+        pickups = [(started[i] - committed[i]) * 1000 for i in enqueued if i in started]
+        ms = statistics.mean(m for _, m, _ in phase.claims)
+        buffers = statistics.mean(b for _, _, b in phase.claims)
+        details = {
+            "seconds": round(span, 1),
+            "offered": len(enqueued),
+            "connections terminated": phase.terminated,
+            "costliest claim's plan": phase.costliest[1],
+            "claim samples": [(round(t, 1), round(m, 3), b) for t, m, b in phase.claims],
+        }
+        p99 = _percentile(pickups, 0.99)
+        figures += [
+            Figure(
+                "pressure",
+                f"{phase.name}: completed",
+                done / span,
+                "jobs/s",
+                ceiling=len(enqueued) / span,
+                target=">= 99 % of offered",
+                met=done >= 0.99 * len(enqueued),
+                details=details,
+            ),
+            Figure("pressure", f"{phase.name}: pickup p50", _percentile(pickups, 0.5), "ms"),
+            Figure("pressure", f"{phase.name}: pickup p95", _percentile(pickups, 0.95), "ms"),
+            Figure(
+                "pressure", f"{phase.name}: pickup p99", p99, "ms", target="<= 50 ms", met=p99 <= 50
+            ),
+            Figure(
+                "pressure",
+                f"{phase.name}: claim time",
+                ms,
+                "ms",
+                ceiling=clean_ms,
+                target="<= 2x clean",
+                met=ms <= 2 * clean_ms,
+                ratio_style="times",
+            ),
+            Figure(
+                "pressure",
+                f"{phase.name}: claim buffers",
+                buffers,
+                "buffers",
+                ceiling=clean_buffers,
+                target="<= 2x clean",
+                met=buffers <= 2 * clean_buffers,
+                ratio_style="times",
+            ),
+            Figure(
+                "pressure", f"{phase.name}: dead tuples at the end", phase.dead_tuples, "tuples"
+            ),
+            Figure(
+                "pressure",
+                f"{phase.name}: job table with indexes",
+                phase.table_mb,
+                "MB",
+                details={"live rows": phase.live_rows},
+            ),
+        ]
+        if phase.name.startswith("after"):
+            back = next((t for t, _, b in phase.claims if b <= 2 * clean_buffers), None)
+            since = back - (phase.claims[0][0]) if back is not None else float("inf")
+            figures.append(
+                Figure(
+                    "pressure",
+                    f"{phase.name}: claim back within 2x clean after",
+                    since,
+                    "s",
+                    target="<= 60 s",
+                    met=since <= 60,
+                )
+            )
+    figures.append(
+        Figure(
+            "pressure",
+            "jobs lost",
+            len(lost),
+            "jobs",
+            target="0",
+            met=not lost,
+            details={
+                "offered": len(committed),
+                "producer behind at most s": behind_s,
+                "rate": rate,
+            },
+        )
+    )
+    return figures
