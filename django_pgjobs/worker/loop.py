@@ -38,10 +38,9 @@ from django_pgjobs.worker.pacing import Pacing
 from django_pgjobs.worker.pool import HandlerPool
 from django_pgjobs.worker.services import (
     BackgroundService,
+    MaintenanceService,
     RegistryService,
     SchedulerService,
-    SweeperService,
-    TableCareService,
 )
 from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
 from django_pgjobs.worker.timeouts import Timeouts
@@ -258,11 +257,15 @@ class Worker:
     def _services(self) -> list[BackgroundService]:
         services: list[BackgroundService] = []
         using = self.options.using
-        if self.options.sweep_interval > 0:
-            services.append(SweeperService(using=using, interval=self.options.sweep_interval))
-        vacuum_interval = _seconds(None, pgjobs_settings.VACUUM_INTERVAL)
-        if vacuum_interval > 0:
-            services.append(TableCareService(using=using, interval=vacuum_interval))
+        care_interval = _seconds(None, pgjobs_settings.VACUUM_INTERVAL)
+        if self.options.sweep_interval > 0 or care_interval > 0:
+            services.append(
+                MaintenanceService(
+                    using=using,
+                    sweep_interval=self.options.sweep_interval,
+                    care_interval=care_interval,
+                )
+            )
         if self.options.schedules:
             services.append(SchedulerService(using=using, poll_interval=self.options.poll_interval))
         services.append(

@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Sequence
 
 from django_pgjobs.db import connection as db
@@ -73,41 +74,45 @@ class BackgroundService:
             db.close_all()
 
 
-class SweeperService(BackgroundService):
-    """The sweeper (S24) every `interval` seconds, replicas taking turns."""
+class MaintenanceService(BackgroundService):
+    """The sweeper (S24) every `sweep_interval` seconds, replicas taking turns, and the
+    job table's care (a VACUUM when one is due and can help, TableCare) every
+    `care_interval` seconds, on one thread and one connection (0: that one is off)."""
 
-    name = "sweeper"
+    name = "maintenance"
 
-    def __init__(self, *, using: str, interval: float) -> None:
+    def __init__(self, *, using: str, sweep_interval: float, care_interval: float) -> None:
         super().__init__(using=using)
-        self.interval = interval
-        self.sweeper = Sweeper(take_turns=True, using=using)
+        self.sweeper = Sweeper(take_turns=True, using=using) if sweep_interval > 0 else None
+        self.care = TableCare(using=using) if care_interval > 0 else None
+        self.intervals = {"sweep": sweep_interval, "care": care_interval}
+        self._due: dict[str, float] = {}
 
     def first_wait(self) -> float:
-        return min(self.interval, 1.0)
+        now = time.monotonic()
+        # The first sweep within a second of the start; the first look at the table after
+        # a whole interval (a worker that just started has not churned it yet).
+        self._due = {"sweep": now + min(self.intervals["sweep"], 1.0)}
+        self._due["care"] = now + self.intervals["care"]
+        return self._next_wait(now)
 
     def run_once(self) -> float:
-        self.sweeper.run_once()
-        return self.interval
+        now = time.monotonic()
+        if self.sweeper is not None and now >= self._due["sweep"]:
+            self.sweeper.run_once()
+            self._due["sweep"] = time.monotonic() + self.intervals["sweep"]
+        if self.care is not None and now >= self._due["care"]:
+            self.care.run_once()
+            self._due["care"] = time.monotonic() + self.intervals["care"]
+        return self._next_wait(time.monotonic())
 
-
-class TableCareService(BackgroundService):
-    """The job table's care (a VACUUM when one is due and can help) every `interval`
-    seconds."""
-
-    name = "table care"
-
-    def __init__(self, *, using: str, interval: float) -> None:
-        super().__init__(using=using)
-        self.interval = interval
-        self.care = TableCare(using=using)
-
-    def first_wait(self) -> float:
-        return self.interval
-
-    def run_once(self) -> float:
-        self.care.run_once()
-        return self.interval
+    def _next_wait(self, now: float) -> float:
+        due = [
+            at
+            for name, at in self._due.items()
+            if (self.sweeper if name == "sweep" else self.care) is not None
+        ]
+        return max(0.0, min(due) - now)
 
 
 class SchedulerService(BackgroundService):

@@ -72,7 +72,7 @@ def claim_buffers(params: dict[str, Any]) -> int:
     return int(top["Shared Hit Blocks"] + top["Shared Read Blocks"])
 
 
-def test_from_its_floor_a_claim_reads_past_the_dead_entries_of_claimed_jobs(
+def test_s42_from_its_floor_a_claim_reads_past_the_dead_entries_of_claimed_jobs(
     held_horizon: None,
 ) -> None:
     leave_claimed(3000)
@@ -89,7 +89,7 @@ def test_from_its_floor_a_claim_reads_past_the_dead_entries_of_claimed_jobs(
     assert handle.kind == "tests.noop"
 
 
-def test_a_job_written_by_a_transaction_open_since_before_the_floor_is_claimed_at_once(
+def test_s42_a_job_written_by_a_transaction_open_since_before_the_floor_is_claimed_at_once(
     held_horizon: None,
 ) -> None:
     leave_claimed(500)
@@ -119,7 +119,7 @@ def test_a_job_written_by_a_transaction_open_since_before_the_floor_is_claimed_a
     assert claimed == [job_id]
 
 
-def test_levels_above_and_below_the_known_top_are_claimed_in_priority_order(
+def test_s42_levels_above_and_below_the_known_top_are_claimed_in_priority_order(
     held_horizon: None,
 ) -> None:
     leave_claimed(500)
@@ -136,7 +136,7 @@ def test_levels_above_and_below_the_known_top_are_claimed_in_priority_order(
     assert order == [high, middle, low]
 
 
-def test_a_backdated_job_behind_the_floor_waits_only_until_floors_are_read_from_the_start(
+def test_s42_a_backdated_job_behind_the_floor_waits_only_until_floors_are_read_from_the_start(
     held_horizon: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(claiming, "FLOORS_RESET_S", 2.0)
@@ -158,7 +158,7 @@ def test_a_backdated_job_behind_the_floor_waits_only_until_floors_are_read_from_
     assert found == [job_id]
 
 
-def test_the_table_care_engages_floors_while_the_horizon_holds_and_lets_go_after() -> None:
+def test_s42_the_table_care_engages_floors_while_the_horizon_holds_and_lets_go_after() -> None:
     care = TableCare(min_dead=1000)
     floors = claiming.claim_floors("default")
     with other_connection(autocommit=False) as pin:

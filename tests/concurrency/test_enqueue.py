@@ -56,6 +56,9 @@ def _claim_on(conn: psycopg.Connection, queue: str) -> list[int]:
 
     params = {
         "queues": [queue],
+        "floors": [None],
+        "tops": [None],
+        "lease_floor": None,
         "limit": 10,
         "worker_id": "other",
         "synchronous_commit": None,

@@ -32,7 +32,7 @@ def leave_dead_rows(n: int) -> None:
     wait_until(lambda: dead_rows() >= before + n, timeout=15, interval=0.2)
 
 
-def test_dead_rows_beyond_the_live_ones_are_vacuumed() -> None:
+def test_s42_dead_rows_beyond_the_live_ones_are_vacuumed() -> None:
     leave_dead_rows(1500)
     ran = vacuums()
 
@@ -52,7 +52,7 @@ def test_dead_rows_fewer_than_the_live_ones_or_the_minimum_are_left_to_autovacuu
     assert vacuums() == ran
 
 
-def test_no_vacuum_in_vain_while_the_horizon_holds_and_one_as_soon_as_it_moves() -> None:
+def test_s42_no_vacuum_in_vain_while_the_horizon_holds_and_one_as_soon_as_it_moves() -> None:
     care = TableCare(min_dead=1000)
     with other_connection(autocommit=False) as pin:
         pin.execute("SELECT txid_current()")  # an XID held: the horizon stays here
@@ -73,7 +73,7 @@ def test_no_vacuum_in_vain_while_the_horizon_holds_and_one_as_soon_as_it_moves()
 
 
 @override_settings(PGJOBS={"VACUUM_INTERVAL": 0.2})
-def test_a_worker_vacuums_the_table_by_itself_within_its_interval() -> None:
+def test_s42_a_worker_vacuums_the_table_by_itself_within_its_interval() -> None:
     with running_worker(queues=["default"]):
         ran = vacuums()
         leave_dead_rows(1500)

@@ -102,6 +102,9 @@ class TestS7Order:
         execute("ANALYZE pgjobs_job")
         params = {
             "queues": ["default"],
+            "floors": [None],
+            "tops": [None],
+            "lease_floor": None,
             "limit": 50,
             "worker_id": "w",
             "synchronous_commit": None,
