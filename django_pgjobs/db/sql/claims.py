@@ -117,11 +117,11 @@ CLAIM_FLOORS = """
 -- its pending jobs from its last floor %(floors)s on (NULL: from the start), the start of
 -- the oldest transaction that may still write jobs (one holding the job table's
 -- RowExclusiveLock, as every INSERT, UPDATE and DELETE does), and this statement's start
--- less 100 ms (a writer that took its lock just after the locks were read), whichever
--- is earliest. Also its top: the highest priority of its pending unkeyed jobs from there
--- (NULL: none). And, the same in every row, the lease floor: no running job's lease ends
--- before it (save one shortened by hand), read from %(lease_floor)s on the same way, a
--- lease being at least a second long.
+-- less 100 ms (a writer that committed between this statement's snapshot and its read
+-- of the locks is in neither), whichever is earliest. Also its top: the highest
+-- priority of its pending unkeyed jobs from there (NULL: none). And, the same in every
+-- row, the lease floor: no running job's lease ends before it (save one shortened by
+-- hand), read from %(lease_floor)s on the same way, a lease being at least a second long.
 WITH writers AS (
     SELECT min(a.xact_start) AS since
     FROM pg_locks AS l

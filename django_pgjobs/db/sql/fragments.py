@@ -211,8 +211,11 @@ CLAIM_PICKED = f"""claimed AS (
         started_at = coalesce(j.started_at, statement_timestamp()),
         claimed_until = statement_timestamp() + make_interval(secs => j.lease_s),
         worker_id = %(worker_id)s
-    FROM picked AS p
-    WHERE j.id = p.id
+    -- By primary key, one probe a row: a join with `picked` is planned from statistics,
+    -- and with those of a table that was small (a generic plan, made when a worker
+    -- started) it became a hash of the whole primary key, every row of it visited (the
+    -- dead ones too, 52,000 buffers a claim two minutes into a held horizon).
+    WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked AS p))
     RETURNING j.id, j.queue, j.kind, j.key, j.priority, j.run_after, j.attempts,
               j.max_attempts, j.lease_s, j.claimed_by, j.claimed_at, j.claimed_until,
               j.worker_id, j.expires_at, j.created_at, j.payload, j.timeout_s,
