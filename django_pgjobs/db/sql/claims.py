@@ -41,7 +41,7 @@ CLAIM_JOBS = f"""
 -- only the dead entries of claimed jobs lie while the xmin horizon is held, and starts
 -- its skip scan at the top level the queue last had, probing above it first.
 WITH RECURSIVE queues (name, floor, top) AS (
-    SELECT q.name, coalesce(q.floor, '-infinity'), coalesce(q.top, 101)
+    SELECT q.name, coalesce(q.floor, '-infinity'), q.top
     FROM unnest(%(queues)s::text[], %(floors)s::timestamptz[], %(tops)s::int[])
          AS q(name, floor, top)
     -- Paused queues are never claimed; limited ones only by CLAIM_LIMITED_JOBS.
@@ -55,9 +55,14 @@ levels (queue, floor, priority) AS (
     -- A skip scan of the claim index: one row per (queue, priority) holding pending
     -- jobs, each found by one index probe. Reading runnable rows level by level means a
     -- claim never wades through scheduled rows sorted between two runnable ones. The
-    -- first level is the highest above the queue's last top, else that top, else the
-    -- highest below it (priorities run from -100 to 100: a top of 101 is none).
-    SELECT q.name, q.floor, coalesce(
+    -- first level is the highest, found from the start of the queue's index range; with a
+    -- top (floors on), the highest above that top, else the top, else the highest below.
+    SELECT q.name, q.floor, CASE WHEN q.top IS NULL THEN
+        (SELECT j.priority FROM pgjobs_job AS j
+         WHERE j.state = 'pending' AND {UNKEYED} AND j.queue = q.name
+           AND j.run_after >= q.floor
+         ORDER BY j.priority DESC LIMIT 1)
+    ELSE coalesce(
         (SELECT j.priority FROM pgjobs_job AS j
          WHERE j.state = 'pending' AND {UNKEYED} AND j.queue = q.name
            AND j.priority > q.top AND j.run_after >= q.floor
@@ -69,7 +74,7 @@ levels (queue, floor, priority) AS (
         (SELECT j.priority FROM pgjobs_job AS j
          WHERE j.state = 'pending' AND {UNKEYED} AND j.queue = q.name
            AND j.priority < q.top AND j.run_after >= q.floor
-         ORDER BY j.priority DESC LIMIT 1))
+         ORDER BY j.priority DESC LIMIT 1)) END
     FROM queues AS q
     UNION ALL
     SELECT l.queue, l.floor, (SELECT j.priority FROM pgjobs_job AS j
