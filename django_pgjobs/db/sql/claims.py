@@ -124,7 +124,7 @@ CLAIM_FLOORS = """
 -- RowExclusiveLock, as every INSERT, UPDATE and DELETE does), and this statement's start
 -- less 100 ms (a writer that committed between this statement's snapshot and its read
 -- of the locks is in neither), whichever is earliest. Also its top: the highest
--- priority of its pending unkeyed jobs from there (NULL: none). And, the same in every
+-- priority of its pending unkeyed jobs from the new floor (NULL: none). And, the same in every
 -- row, the lease floor: no running job's lease ends before it (save one shortened by
 -- hand), read from %(lease_floor)s on the same way, a lease being at least a second long.
 WITH writers AS (
@@ -133,17 +133,22 @@ WITH writers AS (
     JOIN pg_stat_activity AS a ON a.pid = l.pid
     WHERE l.locktype = 'relation' AND l.relation = 'pgjobs_job'::regclass
       AND l.mode = 'RowExclusiveLock' AND l.pid <> pg_backend_pid()
+),
+floors AS (
+    SELECT q.name,
+           least((SELECT j.run_after FROM pgjobs_job AS j
+                  WHERE j.state = 'pending' AND j.queue = q.name
+                    AND j.run_after >= coalesce(q.floor, '-infinity')
+                  ORDER BY j.run_after LIMIT 1),
+                 w.since,
+                 statement_timestamp() - interval '100 milliseconds') AS floor
+    FROM unnest(%(queues)s::text[], %(floors)s::timestamptz[]) AS q(name, floor), writers AS w
 )
-SELECT q.name,
-       least((SELECT j.run_after FROM pgjobs_job AS j
-              WHERE j.state = 'pending' AND j.queue = q.name
-                AND j.run_after >= coalesce(q.floor, '-infinity')
-              ORDER BY j.run_after LIMIT 1),
-             w.since,
-             statement_timestamp() - interval '100 milliseconds') AS floor,
+SELECT f.name, f.floor,
+       -- From the new floor: the dead entries below it are skipped in the index.
        (SELECT j.priority FROM pgjobs_job AS j
-        WHERE j.state = 'pending' AND j.limit_key IS NULL AND j.queue = q.name
-          AND j.run_after >= coalesce(q.floor, '-infinity')
+        WHERE j.state = 'pending' AND j.limit_key IS NULL AND j.queue = f.name
+          AND j.run_after >= f.floor
         ORDER BY j.priority DESC LIMIT 1) AS top,
        least((SELECT j.claimed_until FROM pgjobs_job AS j
               WHERE j.state = 'running'
@@ -151,7 +156,7 @@ SELECT q.name,
               ORDER BY j.claimed_until LIMIT 1),
              w.since + interval '1 second',
              statement_timestamp() + interval '900 milliseconds') AS lease_floor
-FROM unnest(%(queues)s::text[], %(floors)s::timestamptz[]) AS q(name, floor), writers AS w
+FROM floors AS f, writers AS w
 """
 
 
