@@ -132,12 +132,14 @@ class Workers:
 
 def listening_workers() -> int:
     """How many worker subprocesses LISTEN now (each then takes wake-ups; a worker
-    connects its LISTEN line before its first claim)."""
+    connects its LISTEN line before its first claim). A connection whose last statement
+    is the LISTEN itself, not one that merely mentions it (the probe of the wake-up line
+    says "a LISTEN connection" in its comment)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND application_name = %s AND query LIKE %s",
-            [WORKER_APPLICATION_NAME, "%LISTEN %"],
+            " AND application_name = %s AND query ~ %s",
+            [WORKER_APPLICATION_NAME, r"(^|\n)\s*LISTEN "],
         )
         return int(cursor.fetchone()[0])
 
