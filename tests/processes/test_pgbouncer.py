@@ -13,7 +13,14 @@ from django_pgjobs.models import QueueControl
 from tests import jobs
 from tests.helpers import count, execute
 from tests.pgbouncer import available, pgbouncer
-from tests.spawn import Workers, database_url_for_workers, manage_py, suite_env, wait_for
+from tests.spawn import (
+    Workers,
+    database_url_for_workers,
+    listening_workers,
+    manage_py,
+    suite_env,
+    wait_for,
+)
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -115,13 +122,7 @@ def test_with_a_direct_listen_dsn_an_idle_worker_wakes_at_once(
     process = workers.start(
         "--poll-interval", "30", extra_env=through(pooled, database_url_for_workers())
     )
-    wait_for(
-        lambda: execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%%LISTEN %%'"
-            " AND application_name = 'pgjobs-test-worker'"
-        )[0][0],
-        what="the direct LISTEN connection",
-    )
+    wait_for(lambda: listening_workers() == 1, what="the direct LISTEN connection")
     time.sleep(0.5)
     started = time.monotonic()
     manage(pooled, "shell", "-c", "from tests import jobs; jobs.record.enqueue(label='woken')")
