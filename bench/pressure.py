@@ -298,10 +298,10 @@ def pressure(database: Database, sizes: Sizes) -> list[Figure]:
                 try:
                     deadline = time.monotonic() + seconds
                     while time.monotonic() < deadline:
-                        ms, buffers, plan = _claim_sample(database, worker, floors)
+                        ms, buffers, explained = _claim_sample(database, worker, floors)
                         phase.claims.append((time.monotonic() - began, ms, buffers))
                         if buffers > phase.costliest[0]:
-                            phase.costliest = (buffers, plan)
+                            phase.costliest = (buffers, explained)
                         time.sleep(
                             min(sizes.pressure_sample_s, max(0, deadline - time.monotonic()))
                         )
@@ -321,7 +321,7 @@ def pressure(database: Database, sizes: Sizes) -> list[Figure]:
             offered = len(producer.committed)
             wait_for(
                 lambda: len(_read_pickups(Path(tally))) >= offered,
-                timeout=120,
+                timeout=600,  # a backlog a long pin left drains at 1,000-2,500 jobs/s
                 interval=0.5,
                 what=f"the worker to start all {offered} jobs",
             )
