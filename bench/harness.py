@@ -207,6 +207,12 @@ class WorkerProcess:
         self.log_path.unlink(missing_ok=True)
 
 
+def percentile(values: Sequence[float], p: float) -> float:
+    """The value at fraction `p` of `values` sorted (nearest rank); `values` not empty."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))]
+
+
 def wait_for(condition: Any, timeout: float, interval: float = 0.05, what: str = "") -> None:
     deadline = time.monotonic() + timeout
     while not condition():

@@ -7,15 +7,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.harness import Database, Figure, WorkerProcess, wait_for
+from bench.harness import Database, Figure, WorkerProcess, percentile, wait_for
 
 if TYPE_CHECKING:
     from bench.suite import Sizes
-
-
-def _percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))]
 
 
 def _cancel_latencies(database: Database, rounds: int, per_round: int, notify: bool) -> list[float]:
@@ -64,7 +59,7 @@ def cancel(database: Database, sizes: Sizes) -> list[Figure]:
     for notify, label, bound_ms in ((True, "NOTIFY", 100.0), (False, "heartbeat only", 1000.0)):
         latencies = _cancel_latencies(database, rounds, per_round, notify)
         details = {"cancels": len(latencies), "lease_s": 3}
-        p50, p99 = _percentile(latencies, 0.5), _percentile(latencies, 0.99)
+        p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
         target = f"p99 <= {bound_ms:g} ms"
         figures += [
             Figure("cancel", f"{label}: p50", p50, "ms", details=details),

@@ -36,6 +36,7 @@ from bench.harness import (
     Database,
     Figure,
     WorkerProcess,
+    percentile,
     stop_all,
     wait_for,
 )
@@ -63,6 +64,14 @@ class Phase:
     terminated: int = 0
     #: The claim sample that read the most buffers, and its plan.
     costliest: tuple[int, str] = (0, "")
+
+    @property
+    def claim_ms(self) -> float:
+        return statistics.mean(ms for _, ms, _ in self.claims)
+
+    @property
+    def claim_buffers(self) -> float:
+        return statistics.mean(buffers for _, _, buffers in self.claims)
 
 
 class Producer(threading.Thread):
@@ -256,11 +265,6 @@ def _read_pickups(directory: Path) -> dict[int, float]:
     return started
 
 
-def _percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))] if ordered else 0.0
-
-
 def pressure(database: Database, sizes: Sizes) -> list[Figure]:
     rate = int(os.environ.get("PGJOBS_BENCH_RATE", sizes.pressure_rate))
     pinned_s = float(os.environ.get("PGJOBS_BENCH_PINNED_S", sizes.pressure_pinned_s))
@@ -348,14 +352,27 @@ def pressure(database: Database, sizes: Sizes) -> list[Figure]:
 
 
 def _say(phase: Phase, rate: int) -> None:
-    times = [ms for _, ms, _ in phase.claims]
-    buffers = [b for _, _, b in phase.claims]
     print(
-        f"   {phase.name:>20}: claim {statistics.mean(times):.2f} ms,"
-        f" {statistics.mean(buffers):.0f} buffers; {phase.dead_tuples} dead tuples,"
+        f"   {phase.name:>20}: claim {phase.claim_ms:.2f} ms,"
+        f" {phase.claim_buffers:.0f} buffers; {phase.dead_tuples} dead tuples,"
         f" {phase.table_mb:.1f} MB for {phase.live_rows} rows"
         + (f"; {phase.terminated} connections terminated" if phase.terminated else ""),
         flush=True,
+    )
+
+
+def _against_clean(name: str, value: float, clean: float, unit: str) -> Figure:
+    """A figure of a phase as a multiple of the clean phase's, which it must stay within 2x
+    of."""
+    return Figure(
+        "pressure",
+        name,
+        value,
+        unit,
+        ceiling=clean,
+        target="<= 2x clean",
+        met=value <= 2 * clean,
+        ratio_style="times",
     )
 
 
@@ -369,15 +386,12 @@ def _figures(
 ) -> list[Figure]:
     figures: list[Figure] = []
     clean = phases[0]
-    clean_ms = statistics.mean(ms for _, ms, _ in clean.claims)
-    clean_buffers = statistics.mean(b for _, _, b in clean.claims)
     for phase in phases:
         span = phase.ended - phase.started
         enqueued = [i for i, at in committed.items() if phase.started <= at < phase.ended]
         done = sum(1 for at in started.values() if phase.started <= at < phase.ended)
-        pickups = [(started[i] - committed[i]) * 1000 for i in enqueued if i in started]
-        ms = statistics.mean(m for _, m, _ in phase.claims)
-        buffers = statistics.mean(b for _, _, b in phase.claims)
+        # A phase in which no job started reads 0 ms.
+        pickups = [(started[i] - committed[i]) * 1000 for i in enqueued if i in started] or [0.0]
         details = {
             "seconds": round(span, 1),
             "offered": len(enqueued),
@@ -385,7 +399,7 @@ def _figures(
             "costliest claim's plan": phase.costliest[1],
             "claim samples": [(round(t, 1), round(m, 3), b) for t, m, b in phase.claims],
         }
-        p99 = _percentile(pickups, 0.99)
+        p99 = percentile(pickups, 0.99)
         figures += [
             Figure(
                 "pressure",
@@ -397,30 +411,14 @@ def _figures(
                 met=done >= 0.99 * len(enqueued),
                 details=details,
             ),
-            Figure("pressure", f"{phase.name}: pickup p50", _percentile(pickups, 0.5), "ms"),
-            Figure("pressure", f"{phase.name}: pickup p95", _percentile(pickups, 0.95), "ms"),
+            Figure("pressure", f"{phase.name}: pickup p50", percentile(pickups, 0.5), "ms"),
+            Figure("pressure", f"{phase.name}: pickup p95", percentile(pickups, 0.95), "ms"),
             Figure(
                 "pressure", f"{phase.name}: pickup p99", p99, "ms", target="<= 50 ms", met=p99 <= 50
             ),
-            Figure(
-                "pressure",
-                f"{phase.name}: claim time",
-                ms,
-                "ms",
-                ceiling=clean_ms,
-                target="<= 2x clean",
-                met=ms <= 2 * clean_ms,
-                ratio_style="times",
-            ),
-            Figure(
-                "pressure",
-                f"{phase.name}: claim buffers",
-                buffers,
-                "buffers",
-                ceiling=clean_buffers,
-                target="<= 2x clean",
-                met=buffers <= 2 * clean_buffers,
-                ratio_style="times",
+            _against_clean(f"{phase.name}: claim time", phase.claim_ms, clean.claim_ms, "ms"),
+            _against_clean(
+                f"{phase.name}: claim buffers", phase.claim_buffers, clean.claim_buffers, "buffers"
             ),
             Figure(
                 "pressure", f"{phase.name}: dead tuples at the end", phase.dead_tuples, "tuples"
@@ -434,7 +432,7 @@ def _figures(
             ),
         ]
         if phase.name.startswith("after"):
-            back = next((t for t, _, b in phase.claims if b <= 2 * clean_buffers), None)
+            back = next((t for t, _, b in phase.claims if b <= 2 * clean.claim_buffers), None)
             since = back - (phase.claims[0][0]) if back is not None else float("inf")
             figures.append(
                 Figure(
