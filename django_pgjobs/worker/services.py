@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from django_pgjobs.db import connection as db
 from django_pgjobs.exceptions import InvalidJobOption
@@ -83,36 +83,31 @@ class MaintenanceService(BackgroundService):
 
     def __init__(self, *, using: str, sweep_interval: float, care_interval: float) -> None:
         super().__init__(using=using)
-        self.sweeper = Sweeper(take_turns=True, using=using) if sweep_interval > 0 else None
-        self.care = TableCare(using=using) if care_interval > 0 else None
-        self.intervals = {"sweep": sweep_interval, "care": care_interval}
+        #: Each pass that is on: what it runs, and every how many seconds.
+        self.passes: dict[str, tuple[Callable[[], object], float]] = {}
+        if sweep_interval > 0:
+            self.passes["sweep"] = (Sweeper(take_turns=True, using=using).run_once, sweep_interval)
+        if care_interval > 0:
+            self.passes["care"] = (TableCare(using=using).run_once, care_interval)
         self._due: dict[str, float] = {}
 
     def first_wait(self) -> float:
         now = time.monotonic()
         # The first sweep within a second of the start; the first look at the table after
         # a whole interval (a worker that just started has not churned it yet).
-        self._due = {"sweep": now + min(self.intervals["sweep"], 1.0)}
-        self._due["care"] = now + self.intervals["care"]
-        return self._next_wait(now)
+        self._due = {
+            name: now + (min(interval, 1.0) if name == "sweep" else interval)
+            for name, (_, interval) in self.passes.items()
+        }
+        return max(0.0, min(self._due.values()) - now)
 
     def run_once(self) -> float:
         now = time.monotonic()
-        if self.sweeper is not None and now >= self._due["sweep"]:
-            self.sweeper.run_once()
-            self._due["sweep"] = time.monotonic() + self.intervals["sweep"]
-        if self.care is not None and now >= self._due["care"]:
-            self.care.run_once()
-            self._due["care"] = time.monotonic() + self.intervals["care"]
-        return self._next_wait(time.monotonic())
-
-    def _next_wait(self, now: float) -> float:
-        due = [
-            at
-            for name, at in self._due.items()
-            if (self.sweeper if name == "sweep" else self.care) is not None
-        ]
-        return max(0.0, min(due) - now)
+        for name, (run, interval) in self.passes.items():
+            if now >= self._due[name]:
+                run()
+                self._due[name] = time.monotonic() + interval
+        return max(0.0, min(self._due.values()) - time.monotonic())
 
 
 class SchedulerService(BackgroundService):
