@@ -59,12 +59,8 @@ def utility(statement: str, using: str | None) -> None:
     connection = usable_connection(using)
     if not connection.get_autocommit() or connection.in_atomic_block:
         raise RuntimeError("VACUUM runs outside any transaction: call it outside atomic().")
-    with (
-        schema_explained(),
-        connection.wrap_database_errors,
-        psycopg.Cursor(connection.connection) as cursor,
-    ):
-        cursor.execute(statement, prepare=False)
+    with executed(statement, {}, using, prepare=False):
+        pass
 
 
 def estimate(statement: str, params: Mapping[str, Any], using: str | None) -> int:
@@ -210,10 +206,10 @@ def write_documents(documents: Iterable[Mapping[str, Any]], using: str | None) -
 
 @contextmanager
 def executed(
-    statement: str, params: Mapping[str, Any], using: str | None
+    statement: str, params: Mapping[str, Any], using: str | None, *, prepare: bool | None = None
 ) -> Iterator[psycopg.Cursor[Any]]:
     """Run one statement on Django's connection (so it joins the caller's transaction)
-    and yield its cursor."""
+    and yield its cursor; prepared as `prepares` says, unless `prepare` says otherwise."""
     connection = usable_connection(using)
     logged = connection.queries_logged
     started = time.monotonic() if logged else 0.0
@@ -222,7 +218,9 @@ def executed(
         connection.wrap_database_errors,
         psycopg.Cursor(connection.connection) as cursor,
     ):
-        cursor.execute(statement, params, prepare=prepares(connection))
+        cursor.execute(
+            statement, params, prepare=prepares(connection) if prepare is None else prepare
+        )
         yield cursor
     if logged:
         log_queries(connection, [statement], started)

@@ -283,10 +283,11 @@ def _claim_unkeyed(
     if not rest or claimed(taken) >= n:
         return Claimed(taken, lapsed_waiting)
     # Asked only when it covers every queue of the claim: no limited queue was claimed.
+    floors = claim_floors(alias)
     params = {
         "queues": rest,
-        **claim_floors(alias).params(rest),
-        "lease_floor": claim_floors(alias).lease_floor,
+        **floors.params(rest),  # may read them anew, the lease floor with them
+        "lease_floor": floors.lease_floor,
         "worker_id": worker_id,
         "due": not locked,
         **kinds.params(),
