@@ -21,6 +21,7 @@ from django_pgjobs.db.sql.fragments import (
     COMMIT_MODE,
     DEPENDENTS_OF_ACKED,
     DEPENDENTS_OF_BURIED,
+    IN_TARGET,
     KEPT_COLUMNS,
     KEPT_COLUMNS_OF_J,
     NEXT_DUE_SECONDS,
@@ -194,12 +195,14 @@ requeued AS (
         errors = jsonb_path_query_array(j.errors || jsonb_build_array(t.entry),
                  '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
     FROM target AS t
-    WHERE j.id = t.id AND NOT t.exhausted AND NOT t.has_rerun AND t.cancel_reason IS NULL
+    WHERE j.id = t.id AND {IN_TARGET}
+      AND NOT t.exhausted AND NOT t.has_rerun AND t.cancel_reason IS NULL
     RETURNING j.queue, j.run_after
 ),
 buried AS (
     DELETE FROM pgjobs_job AS j USING target AS t
-    WHERE j.id = t.id AND (t.exhausted OR t.cancel_reason IS NOT NULL) AND NOT t.has_rerun
+    WHERE j.id = t.id AND {IN_TARGET}
+      AND (t.exhausted OR t.cancel_reason IS NOT NULL) AND NOT t.has_rerun
     RETURNING j.*, t.entry AS final_entry, t.cancel_reason
 ),
 dead AS (
@@ -221,7 +224,7 @@ promoted AS (
         errors = jsonb_path_query_array(j.errors || jsonb_build_array(t.entry),
                  '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
     FROM target AS t
-    WHERE j.id = t.id AND t.has_rerun
+    WHERE j.id = t.id AND {IN_TARGET} AND t.has_rerun
     RETURNING j.queue, j.run_after
 ),
 woke AS (
@@ -262,7 +265,7 @@ WITH target AS (
 ),
 deleted AS (
     DELETE FROM pgjobs_job AS j USING target AS t
-    WHERE j.id = t.id AND NOT t.has_rerun AND t.result_ttl_s IS NULL
+    WHERE j.id = t.id AND {IN_TARGET} AND NOT t.has_rerun AND t.result_ttl_s IS NULL
     RETURNING j.id
 ),
 kept AS (
@@ -270,14 +273,14 @@ kept AS (
     SET state = 'done', result = t.result, finished_at = now(),
         purge_at = now() + make_interval(secs => t.result_ttl_s)
     FROM target AS t
-    WHERE j.id = t.id AND NOT t.has_rerun AND t.result_ttl_s IS NOT NULL
+    WHERE j.id = t.id AND {IN_TARGET} AND NOT t.has_rerun AND t.result_ttl_s IS NOT NULL
     RETURNING j.id
 ),
 promoted AS (
     UPDATE pgjobs_job AS j
     SET {PROMOTE_RERUN}
     FROM target AS t
-    WHERE j.id = t.id AND t.has_rerun
+    WHERE j.id = t.id AND {IN_TARGET} AND t.has_rerun
     RETURNING j.queue, j.run_after
 ),
 woke AS (
@@ -322,7 +325,7 @@ retried AS (
         errors = jsonb_path_query_array(j.errors || jsonb_build_array(t.entry),
                  '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
     FROM target AS t
-    WHERE j.id = t.id AND NOT t.exhausted AND NOT t.has_rerun
+    WHERE j.id = t.id AND {IN_TARGET} AND NOT t.exhausted AND NOT t.has_rerun
     RETURNING j.id
 ),
 promoted AS (
@@ -332,12 +335,12 @@ promoted AS (
         errors = jsonb_path_query_array(j.errors || jsonb_build_array(t.entry),
                  '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
     FROM target AS t
-    WHERE j.id = t.id AND t.has_rerun
+    WHERE j.id = t.id AND {IN_TARGET} AND t.has_rerun
     RETURNING j.queue, j.run_after
 ),
 buried AS (
     DELETE FROM pgjobs_job AS j USING target AS t
-    WHERE j.id = t.id AND t.exhausted AND NOT t.has_rerun
+    WHERE j.id = t.id AND {IN_TARGET} AND t.exhausted AND NOT t.has_rerun
     RETURNING j.*, t.error AS final_error, t.entry AS final_entry, t.category AS final_category
 ),
 dead AS (
@@ -396,12 +399,12 @@ promoted AS (
         errors = jsonb_path_query_array(j.errors || jsonb_build_array(t.entry),
                  '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
     FROM target AS t
-    WHERE j.id = t.id AND t.has_rerun
+    WHERE j.id = t.id AND {IN_TARGET} AND t.has_rerun
     RETURNING j.queue, j.run_after
 ),
 buried AS (
     DELETE FROM pgjobs_job AS j USING target AS t
-    WHERE j.id = t.id AND NOT t.has_rerun
+    WHERE j.id = t.id AND {IN_TARGET} AND NOT t.has_rerun
     RETURNING j.*, t.error AS final_error, t.entry AS final_entry, t.category AS final_category
 ),
 dead AS (
@@ -446,14 +449,14 @@ released AS (
     SET state = 'pending', attempts = greatest(j.attempts - 1, 0),
         claimed_by = NULL, claimed_until = NULL
     FROM target AS t
-    WHERE j.id = t.id AND NOT t.has_rerun
+    WHERE j.id = t.id AND {IN_TARGET} AND NOT t.has_rerun
     RETURNING j.queue, j.run_after
 ),
 promoted AS (
     UPDATE pgjobs_job AS j
     SET {PROMOTE_RERUN}
     FROM target AS t
-    WHERE j.id = t.id AND t.has_rerun
+    WHERE j.id = t.id AND {IN_TARGET} AND t.has_rerun
     RETURNING j.queue, j.run_after
 ),
 woke AS (
@@ -489,7 +492,7 @@ WITH target AS (
 UPDATE pgjobs_job AS j
 SET claimed_until = now() + make_interval(secs => t.extend_s)
 FROM target AS t
-WHERE j.id = t.id
+WHERE j.id = t.id AND {IN_TARGET}
 RETURNING j.id, j.claimed_until, {COMMIT_MODE}
 """
 
@@ -519,7 +522,7 @@ extended AS (
     SET claimed_until = now() + make_interval(secs => t.extend_s),
         progress = coalesce(t.progress || jsonb_build_object('at', now()), j.progress)
     FROM target AS t
-    WHERE j.id = t.id
+    WHERE j.id = t.id AND {IN_TARGET}
     RETURNING j.id, j.claimed_until
 )
 SELECT t.id, e.claimed_until,

@@ -255,6 +255,15 @@ DEPENDENTS_OF_BURIED = """dependents AS (
     HAVING count(*) > 0
 )"""
 
+#: The rows of a statement's `target` CTE, as an index condition on `pgjobs_job AS j`
+#: beside each join with it: a join with a CTE alone is planned from the table's
+#: statistics, and with a generic plan made while the table was small it walked the whole
+#: primary key for every statement, dead entries included (ACK_JOBS: 78,000 buffers and
+#: 120-180 ms an ack two minutes into a held xmin horizon, three times in one statement,
+#: from deleted, kept and promoted). CLAIM_PICKED probes the same way.
+IN_TARGET = "j.id = ANY(ARRAY(SELECT id FROM target))"
+
+
 #: S29 for ACK_JOBS, whose `target` holds the acked rows with their results: the
 #: parents' ends free their children (in this statement), and an acked child's own
 #: edges, whose parents' results it no longer needs, are deleted with its row (a

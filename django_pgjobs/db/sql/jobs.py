@@ -6,6 +6,7 @@ from __future__ import annotations
 from django_pgjobs.db.sql.fragments import (
     DEPENDENTS_OF_BURIED,
     EDGES_OF_PRUNED,
+    IN_TARGET,
     KEPT_COLUMNS,
     KEPT_COLUMNS_OF_J,
     MERGE_INTO_LIVE_JOB,
@@ -274,7 +275,7 @@ WITH target AS (
 ),
 buried AS (
     DELETE FROM pgjobs_job AS j USING target AS t
-    WHERE j.id = t.id AND NOT t.has_rerun
+    WHERE j.id = t.id AND {IN_TARGET} AND NOT t.has_rerun
     RETURNING j.*
 ),
 dead AS (
@@ -294,7 +295,7 @@ promoted AS (
                 'exception', NULL, 'worker_id', j.worker_id)),
             '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
     FROM target AS t
-    WHERE j.id = t.id AND t.has_rerun
+    WHERE j.id = t.id AND {IN_TARGET} AND t.has_rerun
     RETURNING j.queue, j.run_after
 ),
 woke AS (
