@@ -18,7 +18,6 @@ pressures, of idle, readers and terminate (full size: idle).
 from __future__ import annotations
 
 import os
-import re
 import statistics
 import tempfile
 import threading
@@ -29,7 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg import sql as pgsql
 
 from bench.harness import (
     WORKER_APP_NAME,
@@ -40,15 +38,12 @@ from bench.harness import (
     stop_all,
     wait_for,
 )
-from bench.plans import plan_numbers
 
 if TYPE_CHECKING:
     from bench.suite import Sizes
 
 #: How many batches a second the producer sends (each of rate / TICKS jobs).
 TICKS = 20
-#: The claim the samples explain: what a worker with this many free places sends.
-CLAIM_SAMPLE_LIMIT = 10
 
 
 @dataclass
@@ -198,50 +193,17 @@ class Pin:
             conn.close()
 
 
-#: What the worker logs (TableCare) when its claims start and stop reading from floors.
-FLOORS_ON = "claims read from their queues' floors"
-FLOORS_OFF = "claims read each queue from its start"
-
-
-def _claim_sample(database: Database, worker: WorkerProcess, floors: Any) -> tuple[float, int, str]:
-    """One claim's execution time (ms), shared buffers and plan, explained in a
-    transaction that is rolled back (the jobs it took stay where they were): the claim
-    the worker sends now, from its queues' floors while it says it reads from them, with
-    the plan the worker's tuned connection has (generic, planned once)."""
-    from django_pgjobs.db import sql
+def _claim_sample(worker: WorkerProcess, floors: Any) -> tuple[float, int, str]:
+    """One claim's execution time (ms), shared buffers and plan (Job.objects.claim_cost):
+    the claim the worker sends now, from its queues' floors while it says it reads from
+    them, with the plan the worker's tuned connection has (generic, planned once)."""
+    from django_pgjobs.maintenance import FLOORS_OFF, FLOORS_ON
+    from django_pgjobs.models import Job
 
     output = worker.output()
     floors.engage(output.rfind(FLOORS_ON) > output.rfind(FLOORS_OFF))
-    params = {
-        **floors.params(["default"]),
-        "lease_floor": floors.lease_floor,
-        "queues": ["default"],
-        "worker_id": "bench-pressure-explain",
-        "synchronous_commit": None,
-        "due": True,
-        "only_kinds": None,
-        "not_kinds": None,
-    }
-    statement = sql.claim_jobs(CLAIM_SAMPLE_LIMIT)
-    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
-    for index, name in enumerate(names, start=1):
-        statement = statement.replace(f"%({name})s", f"${index}")
-    with database.connect() as conn:
-        # As the worker runs it: on a tuned connection, prepared, planned once (generic).
-        conn.execute(sql.TUNE_WORKER_SESSION)
-        conn.execute(f"PREPARE claim_sample AS {statement}")
-        values = pgsql.SQL(", ").join(pgsql.Literal(params[name]) for name in names)
-        execute = pgsql.SQL("EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) EXECUTE claim_sample({})")
-        with conn.transaction(force_rollback=True):
-            rows = conn.execute(execute.format(values)).fetchall()
-    plan = "\n".join(row[0] for row in rows)
-    numbers = plan_numbers(plan)
-    buffers = sum(
-        int(part.split("=")[1])
-        for part in numbers["buffers"].removeprefix("shared ").split()
-        if "=" in part
-    )
-    return float(numbers["execution_ms"] or 0.0), buffers, plan
+    cost = Job.objects.claim_cost(["default"], floors=floors)
+    return cost.ms, cost.buffers, cost.plan
 
 
 def _table_state(database: Database) -> tuple[int, int, float]:
@@ -302,7 +264,7 @@ def pressure(database: Database, sizes: Sizes) -> list[Figure]:
                 try:
                     deadline = time.monotonic() + seconds
                     while time.monotonic() < deadline:
-                        ms, buffers, explained = _claim_sample(database, worker, floors)
+                        ms, buffers, explained = _claim_sample(worker, floors)
                         phase.claims.append((time.monotonic() - began, ms, buffers))
                         if buffers > phase.costliest[0]:
                             phase.costliest = (buffers, explained)

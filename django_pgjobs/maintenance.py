@@ -185,18 +185,27 @@ class Sweeper:
             return batch()
 
 
+#: What a worker logs when its claims start reading from their queues' floors (the
+#: horizon holds) and when they stop: a run that watches its workers (the pressure
+#: benchmark, a chaos run's pins) reads which its claims do from these.
+FLOORS_ON = "claims read from their queues' floors"
+FLOORS_OFF = "claims read each queue from its start"
+
+
 class TableCare:
     """VACUUM of the job table when its dead rows outnumber its live ones (and at least
-    `min_dead`) and a VACUUM can remove them.
+    `min_dead`) and a VACUUM can remove them; claim floors while the horizon is held.
 
     Every claimed and every finished job leaves a dead row and dead index entries, which
     a claim walks past until VACUUM removes them. Autovacuum comes when it comes (up to a
     minute, longer when busy); this comes within the worker's interval. A VACUUM can
     remove only what died before the database's xmin horizon: while the horizon a VACUUM
     of this process ran under still holds (a transaction left open, a long report, a
-    replication slot), another is in vain, and none is run until the horizon moves;
-    meanwhile this process's claims read from their queues' floors (ClaimFloors), past
-    the dead entries they would otherwise walk.
+    replication slot), another is in vain, and none is run until the horizon moves.
+    The horizon is held when two looks in a row find it where it was and at least
+    `min_dead` dead rows: meanwhile this process's claims read from their queues' floors
+    (ClaimFloors), past the dead entries they would otherwise walk. A backlog does not
+    delay that: the claims walk the dead entries however many live rows wait behind them.
     """
 
     def __init__(self, *, using: str | None = None, min_dead: int = 1000) -> None:
@@ -204,6 +213,8 @@ class TableCare:
         self.min_dead = min_dead
         #: The horizon the last VACUUM of this process ran under (None: none ran yet).
         self._vacuumed_under: tuple[str | None] | None = None
+        #: The horizon the last look found (None: none yet, or nothing held one).
+        self._last_horizon: str | None = None
         self._held = False
 
     def run_once(self) -> bool:
@@ -211,18 +222,21 @@ class TableCare:
         their queues' floors while the horizon is held (ClaimFloors), from the start
         once it moves."""
         dead, live, horizon = Job.objects.table_upkeep(using=self.using)
-        held = horizon is not None and self._vacuumed_under == (horizon,) and dead >= self.min_dead
+        still = horizon is not None and horizon == self._last_horizon
+        self._last_horizon = horizon
+        held = still and dead >= self.min_dead
         if held != self._held:
             logger.info(
-                "the xmin horizon %s: claims read %s",
-                f"holds at {horizon} (a VACUUM can remove none of {dead} dead rows)"
+                "the xmin horizon %s: %s",
+                f"holds at {horizon} ({dead} dead rows, which no VACUUM removes while it holds)"
                 if held
                 else "moved",
-                "from their queues' floors" if held else "each queue from its start",
+                FLOORS_ON if held else FLOORS_OFF,
             )
             self._held = held
         Job.objects.claim_from_floors(held, using=self.using)
-        if dead < max(self.min_dead, live) or held:
+        in_vain = horizon is not None and self._vacuumed_under == (horizon,)
+        if dead < max(self.min_dead, live) or in_vain:
             return False  # few dead rows, or the horizon that held them still holds
         Job.objects.vacuum(using=self.using)
         self._vacuumed_under = (horizon,)

@@ -288,6 +288,8 @@ class WorkerStatus:
     running: int
     succeeded: int
     failed: int
+    #: Its claims read from their queues' floors: the xmin horizon is held (S42).
+    claims_from_floors: bool
     live: bool
     seen_s_ago: float
 
@@ -303,3 +305,13 @@ class KindLatency:
     wait_p95_s: float | None
     run_p50_s: float | None
     run_p95_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimCost:
+    """What one claim of a few jobs costs the server now, as a worker runs it
+    (JobManager.claim_cost): its execution time, the shared buffers it read, and its plan."""
+
+    ms: float
+    buffers: int
+    plan: str

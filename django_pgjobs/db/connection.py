@@ -10,6 +10,7 @@ once (`tune_worker_connection`).
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from typing import Any
 
 import psycopg
 from django.db import ProgrammingError, connections, transaction
+from psycopg import sql as pgsql
 
 from django_pgjobs import tracing
 from django_pgjobs.conf import pgjobs_settings
@@ -163,6 +165,52 @@ def rolled_back(statement: str, params: Mapping[str, Any], using: str | None) ->
             raise _RollBack
     except _RollBack:
         pass
+
+
+#: The name of the statement `explained_as_worker` prepares, and a parameter's mark.
+_EXPLAINED = "pgjobs_explained"
+_PARAMETER = re.compile(r"%\((\w+)\)s")
+
+
+def explained_as_worker(statement: str, params: Mapping[str, Any], using: str | None) -> str:
+    """The text of EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) of `statement` run as a
+    worker's tuned connection runs it: prepared under the worker's settings, so with the
+    generic plan a worker has (planned once, before its parameters are known), in a
+    transaction rolled back at once (what it wrote, and the row locks it took, are let
+    go). For what a claim costs now (JobManager.claim_cost)."""
+    names = list(dict.fromkeys(_PARAMETER.findall(statement)))
+    for index, name in enumerate(names, start=1):
+        statement = statement.replace(f"%({name})s", f"${index}")
+    raw = usable_connection(using).connection
+    values = pgsql.SQL(", ").join(pgsql.Literal(params[name]) for name in names)
+    execute = pgsql.SQL("EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) EXECUTE {}({})").format(
+        pgsql.Identifier(_EXPLAINED), values
+    )
+    plan: list[str] = []
+    try:
+        with atomic(using):
+            fetchall(sql.TUNE_WORKER_TRANSACTION, {}, using)
+            with executed(f"PREPARE {_EXPLAINED} AS {statement}", {}, using, prepare=False):
+                pass
+            try:
+                with executed(execute.as_string(raw), {}, using, prepare=False) as cursor:
+                    plan = [row[0] for row in cursor.fetchall()]
+            finally:
+                with executed(f"DEALLOCATE {_EXPLAINED}", {}, using, prepare=False):
+                    pass
+            raise _RollBack
+    except _RollBack:
+        pass
+    return "\n".join(plan)
+
+
+def plan_cost(plan: str) -> tuple[float, int]:
+    """The execution time (ms) and shared buffers of an EXPLAIN (ANALYZE, BUFFERS) text:
+    its top node's buffers, which are the whole statement's (0 for what it lacks)."""
+    executed = re.search(r"Execution Time: ([\d.]+) ms", plan)
+    top = re.search(r"Buffers: shared ([^\n]*)", plan)
+    buffers = sum(int(part.split("=")[1]) for part in (top.group(1).split() if top else ()))
+    return (float(executed.group(1)) if executed else 0.0), buffers
 
 
 @contextmanager

@@ -20,6 +20,7 @@ from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
 from django_pgjobs.managers.queues import forget_limits, limited_queues
+from django_pgjobs.records import ClaimCost
 
 if TYPE_CHECKING:
     from django_pgjobs.managers.jobs import JobManager
@@ -468,3 +469,24 @@ def claim_floors(alias: str) -> ClaimFloors:
     if floors is None:
         floors = _floors[alias] = ClaimFloors(alias)
     return floors
+
+
+#: The claim `claim_cost` explains: what a worker with this many free places sends.
+COST_SAMPLE_LIMIT = 10
+
+
+def claim_cost(queues: list[str], floors: ClaimFloors | None, alias: str) -> ClaimCost:
+    """JobManager.claim_cost: EXPLAIN (ANALYZE, BUFFERS) of the claim of COST_SAMPLE_LIMIT
+    jobs of `queues` a worker sends now, from `floors` (None: from each queue's start)."""
+    floors = floors or ClaimFloors(alias)
+    params = {
+        "queues": queues,
+        **floors.params(queues),
+        "lease_floor": floors.lease_floor,
+        "worker_id": "pgjobs-claim-cost",
+        "synchronous_commit": None,
+        "due": True,
+        **ANY_KIND.params(),
+    }
+    plan = db.explained_as_worker(sql.claim_jobs(COST_SAMPLE_LIMIT), params, alias)
+    return ClaimCost(*db.plan_cost(plan), plan)

@@ -26,6 +26,7 @@ from django_pgjobs.options import UNSET
 from django_pgjobs.payloads import ERROR_TEXT_MAX_CHARS, encode_result, storable_text
 from django_pgjobs.records import (
     BatchRecord,
+    ClaimCost,
     EnqueueResult,
     Heartbeats,
     RescueResult,
@@ -527,6 +528,22 @@ class JobManager(JobReads):
         """Whether this process's claims read from their queues' floors: while the xmin
         horizon is held (see claiming.ClaimFloors)."""
         claiming.claim_floors(db.alias(using)).engage(held)
+
+    def claims_from_floors(self, *, using: str | None = None) -> bool:
+        """Whether this process's claims read from their queues' floors now."""
+        return claiming.claim_floors(db.alias(using)).engaged
+
+    def claim_cost(
+        self,
+        queues: list[str],
+        *,
+        floors: claiming.ClaimFloors | None = None,
+        using: str | None = None,
+    ) -> ClaimCost:
+        """What a claim of a few jobs of `queues` costs now (time, buffers, plan), as a
+        worker's connection runs it, from `floors` (None: from each queue's start), in a
+        transaction rolled back: no job is taken."""
+        return claiming.claim_cost(queues, floors, db.alias(using))
 
     def try_sweep_lock(self, *, using: str | None = None) -> bool:
         """Take the sweeper's turn for the current transaction (False: another has it)."""

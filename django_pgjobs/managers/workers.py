@@ -33,6 +33,7 @@ class WorkerManager(models.Manager["Worker"]):
         succeeded: int,
         failed: int,
         abandoned: int = 0,
+        claims_from_floors: bool = False,
         using: str | None = None,
     ) -> None:
         """Register the worker or refresh its row (last seen: the database's now())."""
@@ -48,6 +49,7 @@ class WorkerManager(models.Manager["Worker"]):
             "succeeded": succeeded,
             "failed": failed,
             "abandoned": abandoned,
+            "claims_from_floors": claims_from_floors,
         }
         db.rowcount(sql.HEARTBEAT_WORKER, params, using)
 

@@ -575,6 +575,14 @@ class Worker(models.Model):
             "concurrency, it claims no more jobs for its threads."
         ),
     )
+    claims_from_floors = models.BooleanField(
+        db_default=False,
+        help_text=(
+            "Its claims read from their queues' floors: something has held the database's "
+            "xmin horizon (a transaction left open, a long report) through two of its looks "
+            "(S42)."
+        ),
+    )
 
     objects: ClassVar[managers.WorkerManager] = managers.WorkerManager()
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from django_pgjobs.db import connection as db
 from django_pgjobs.exceptions import InvalidJobOption
 from django_pgjobs.maintenance import Sweeper, TableCare
-from django_pgjobs.models import Worker
+from django_pgjobs.models import Job, Worker
 from django_pgjobs.scheduler import Scheduler
 from django_pgjobs.worker.faults import RECONNECT_BACKOFF_CAP_S, describe, is_outage
 from django_pgjobs.worker.stats import WorkerStats
@@ -183,6 +183,7 @@ class RegistryService(BackgroundService):
                 succeeded=stats.succeeded,
                 failed=stats.retried + stats.dead,
                 abandoned=stats.abandoned,
+                claims_from_floors=Job.objects.claims_from_floors(using=self.using),
                 using=self.using,
             )
         return self.interval

@@ -4,11 +4,13 @@ leftovers still holds; and the worker does it by itself, without waiting for aut
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.test import override_settings
 
 from django_pgjobs.maintenance import TableCare
-from django_pgjobs.models import Job
+from django_pgjobs.models import Job, Worker
 from tests.helpers import execute, other_connection, running_worker, scalar, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -79,3 +81,18 @@ def test_s42_a_worker_vacuums_the_table_by_itself_within_its_interval() -> None:
         leave_dead_rows(1500)
         wait_until(lambda: vacuums() > ran, timeout=10, interval=0.1)
     assert dead_rows() < 1000
+
+
+@override_settings(PGJOBS={"VACUUM_INTERVAL": 0.2, "WORKER_HEARTBEAT": 0.2})
+def test_s42_a_worker_says_in_the_registry_while_its_claims_read_from_floors() -> None:
+    def reads_from_floors(worker: Any) -> bool:
+        [row] = [row for row in Worker.objects.status() if row.id == worker.worker_id]
+        return row.claims_from_floors
+
+    with running_worker(queues=["default"]) as worker:
+        with other_connection(autocommit=False) as pin:
+            pin.execute("SELECT txid_current()")  # an XID held: the horizon stays here
+            leave_dead_rows(1500)
+            wait_until(lambda: reads_from_floors(worker), timeout=10, interval=0.1)
+            pin.rollback()
+        wait_until(lambda: not reads_from_floors(worker), timeout=10, interval=0.1)

@@ -5,19 +5,36 @@ from __future__ import annotations
 
 TUNE_WORKER_SESSION = """
 -- Plan each prepared statement once on this connection, never JIT-compile, plan without
--- sorts where an index gives the order, and wait at most 500 ms for a row lock: the
--- worker's own connection runs nothing but the queue's short, index-bound statements,
--- and an application transaction that holds a job's row (a child written after it) must
--- not stall the loop that heartbeats every other job (S39): that job's outcome waits.
+-- sorts where an index gives the order and without sequential scans where an index
+-- finds the rows, and wait at most 500 ms for a row lock: the worker's own connection
+-- runs nothing but the queue's short, index-bound statements, and an application
+-- transaction that holds a job's row (a child written after it) must not stall the loop
+-- that heartbeats every other job (S39): that job's outcome waits.
 -- Without sorts the claim's probes walk the claim index in its order whatever the
 -- statistics say: on a table a burst just filled, with none, the planner otherwise took
 -- the schedule index, read the whole backlog and sorted it, for every claim (218 ms
--- against 5 ms for 50,000 jobs).
+-- against 5 ms for 50,000 jobs). Without sequential scans a statement planned while the
+-- job table was small (a generic plan is kept until a VACUUM or ANALYZE of the table,
+-- and none comes while the xmin horizon is held) does not read the whole table for each
+-- job once it has grown: an ack planned on a table of one page read every page of it for
+-- each acked job.
 SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
        set_config('jit', 'off', false),
        set_config('enable_sort', 'off', false),
        set_config('enable_incremental_sort', 'off', false),
+       set_config('enable_seqscan', 'off', false),
        set_config('lock_timeout', '500ms', false)
+"""
+
+TUNE_WORKER_TRANSACTION = """
+-- TUNE_WORKER_SESSION's plan settings for this transaction only: a statement explained
+-- as a worker runs it (its generic plan, no JIT, no sorts nor sequential scans where an
+-- index serves).
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('jit', 'off', true),
+       set_config('enable_sort', 'off', true),
+       set_config('enable_incremental_sort', 'off', true),
+       set_config('enable_seqscan', 'off', true)
 """
 
 SWEEP_LOCK = """
@@ -74,6 +91,24 @@ FROM (
     ORDER BY random()
     LIMIT %(limit)s
 ) AS chosen
+"""
+
+HOLD_XID = """
+-- Give this transaction an XID and hold it (manage.py chaosjobs's pin, an idle session in
+-- a transaction): the database's xmin horizon stays at it until the transaction ends.
+SELECT pg_current_xact_id()::text
+"""
+
+READ_JOBS_IN_SNAPSHOT = """
+-- Make this transaction a REPEATABLE READ reader of the job table (manage.py chaosjobs's
+-- pin, a long report): its snapshot, taken by the count, holds the xmin horizon until
+-- the transaction ends. The first statement of its transaction.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ
+"""
+
+COUNT_JOBS = """
+-- Every row of the job table, read through one snapshot (a reader's scan).
+SELECT count(*) FROM pgjobs_job
 """
 
 ROLE_PRIVILEGES = """

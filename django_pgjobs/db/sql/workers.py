@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 HEARTBEAT_WORKER = """
--- Register a worker, or refresh its row: last seen now (database clock), its counters.
+-- Register a worker, or refresh its row: last seen now (database clock), its counters,
+-- and whether its claims read from their queues' floors (S42).
 INSERT INTO pgjobs_worker AS w (id, host, pid, queues, concurrency, version, heartbeat_s,
-                                running, succeeded, failed, abandoned)
+                                running, succeeded, failed, abandoned, claims_from_floors)
 VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, %(version)s,
-        %(heartbeat_s)s, %(running)s, %(succeeded)s, %(failed)s, %(abandoned)s)
+        %(heartbeat_s)s, %(running)s, %(succeeded)s, %(failed)s, %(abandoned)s,
+        %(claims_from_floors)s)
 ON CONFLICT (id) DO UPDATE SET
     last_seen_at = now(),
     stopped_at = NULL,
     running = excluded.running,
     succeeded = excluded.succeeded,
     failed = excluded.failed,
-    abandoned = excluded.abandoned
+    abandoned = excluded.abandoned,
+    claims_from_floors = excluded.claims_from_floors
 """
 
 STOP_WORKER = """
@@ -29,7 +32,7 @@ LIST_WORKERS = """
 -- Every worker in the registry, newest first, with whether it is live: not stopped and
 -- seen within 3 of its heartbeats, on the database clock.
 SELECT id, host, pid, queues, concurrency, version, heartbeat_s, started_at, last_seen_at,
-       stopped_at, running, succeeded, failed,
+       stopped_at, running, succeeded, failed, claims_from_floors,
        (stopped_at IS NULL AND last_seen_at > now() - make_interval(secs => 3 * heartbeat_s))
            AS live,
        extract(epoch FROM now() - last_seen_at)::float8 AS seen_s_ago

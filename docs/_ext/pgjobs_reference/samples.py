@@ -34,6 +34,7 @@ def jobsctl_workers_markdown() -> str:
         running=2,
         succeeded=318,
         failed=4,
+        claims_from_floors=False,
         live=True,
         seen_s_ago=2.0,
     )
