@@ -9,7 +9,7 @@ from pathlib import Path
 from django_pgjobs.chaos import invariants
 from django_pgjobs.chaos.invariants import Verdict
 
-FAULT_KINDS = ("kill", "stop", "terminate", "ghost", "poison", "cancel", "restart")
+FAULT_KINDS = ("kill", "stop", "terminate", "ghost", "poison", "cancel", "restart", "pin")
 DEFAULT_FAULTS = ("kill", "stop", "terminate", "ghost", "poison", "cancel")
 
 
@@ -36,6 +36,8 @@ class ChaosConfig:
     fault_every: float = 2.0  # mean time between two faults
     restart_command: str | None = None
     restart_every: float = 30.0  # least time between two database restarts
+    pin_s: float = 25.0  # how long a pin holds the xmin horizon
+    pin_churn: int = 1500  # plain jobs enqueued as a pin begins, whose rows it keeps dead
     drain_timeout: float = 120.0
     seed: int | None = None
     keep: bool = False
@@ -52,6 +54,8 @@ class ChaosConfig:
             )
         if self.lease < 1 or self.max_attempts < 1:
             problems.append("the lease and max attempts must be at least 1")
+        if self.pin_s <= 0 or self.pin_churn < 0:
+            problems.append("a pin must last more than 0 seconds, with churn of 0 jobs or more")
         if self.fault_every <= 0 or self.drain_timeout <= 0:
             problems.append("the fault interval and the drain timeout must be positive")
         unknown = sorted(set(self.faults) - set(FAULT_KINDS))
@@ -102,6 +106,7 @@ class ChaosReport:
     drain_s: float | None
     seconds: float
     log_dir: Path | None
+    pins: list[invariants.PinSample]
 
     @property
     def passed(self) -> bool:

@@ -64,6 +64,7 @@ def read_evidence(state: RunState) -> Evidence:
         chains=list(ledger.chains),
         batches=list(ledger.batches),
         batch_ends={batch_id: BatchEnd(*end) for batch_id, end in batch_ends.items()},
+        pins=list(ledger.pins),
     )
 
 

@@ -2,7 +2,8 @@
 
 The faults: `kill -9` of a worker, SIGSTOP past the lease then SIGCONT, dropped
 connections of a worker, bursts of rolled-back or poison enqueues, cancellations of
-running jobs, database restarts.
+running jobs, database restarts, and pins: the xmin horizon held for a while by an idle
+transaction or a REPEATABLE READ reader, with a burst of jobs whose rows it keeps dead.
 """
 
 from __future__ import annotations
@@ -11,17 +12,68 @@ import contextlib
 import shlex
 import signal
 import subprocess
+import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connections
+from django.db import DatabaseError, connections, transaction
 
 from django_pgjobs.chaos.config import ChaosAborted
-from django_pgjobs.chaos.invariants import Fault
+from django_pgjobs.chaos.invariants import Fault, PinSample
 from django_pgjobs.chaos.load import Load
 from django_pgjobs.chaos.models import ChaosExecution
 from django_pgjobs.chaos.processes import Worker, Workers
 from django_pgjobs.chaos.state import RunState
+from django_pgjobs.managers.claiming import ClaimFloors
+from django_pgjobs.models import Job
+from django_pgjobs.models import Worker as WorkerRow
+from django_pgjobs.records import ClaimCost
+
+#: A worker up for less than this has not yet had the time to see a held horizon (two
+#: looks of its table care, VACUUM_INTERVAL apart, and a heartbeat to say so): whether
+#: its claims read from their floors does not decide a pin's sample.
+SETTLED_S = 15.0
+
+
+class HorizonPin(threading.Thread):
+    """A connection of its own that holds the xmin horizon ("idle": an XID, "reader":
+    a REPEATABLE READ snapshot of the job table) until `release()`, then rolls back."""
+
+    def __init__(self, alias: str, how: str) -> None:
+        super().__init__(name=f"chaos-pin-{how}", daemon=True)
+        self.alias = alias
+        self.how = how
+        self.holding = threading.Event()
+        self.error: BaseException | None = None
+        self._release = threading.Event()
+
+    def run(self) -> None:
+        try:
+            with transaction.atomic(using=self.alias):
+                ChaosExecution.objects.hold_horizon(self.how, using=self.alias)
+                self.holding.set()
+                self._release.wait()
+                transaction.set_rollback(True, using=self.alias)
+        except DatabaseError as error:  # a restart, say: the pin ended early
+            self.error = error
+        finally:
+            self.holding.set()
+            connections[self.alias].close()
+
+    def release(self) -> None:
+        self._release.set()
+        self.join(30)
+
+
+@dataclass(slots=True)
+class Pin:
+    """A pin under way: its thread, when it began and ends, the claim's cost then."""
+
+    thread: HorizonPin
+    began: datetime
+    release_at: float  # monotonic
+    before: int
 
 
 class Faults:
@@ -34,6 +86,7 @@ class Faults:
         self.last_fault = 0.0  # monotonic time the last fault ended; 0: none yet
         self._last_restart = float("-inf")
         self._deck: list[str] = []  # the kinds still to come in this round, next last
+        self.pin: Pin | None = None  # the pin under way (one at a time)
 
     def gap(self) -> float:
         """Seconds until the next fault: random, about `fault_every` on average."""
@@ -81,6 +134,8 @@ class Faults:
             self._cancel()
         elif kind == "restart":
             self._restart_database()
+        elif kind == "pin":
+            self._pin()
         else:
             worker = random.choice(running)
             {"kill": self._kill, "stop": self._stop, "terminate": self._terminate}[kind](worker)
@@ -97,6 +152,16 @@ class Faults:
         for worker in self.workers.slots:
             if worker.stopped_at is not None:
                 self._resume(worker)
+
+    def release_due(self) -> None:
+        """End the pin under way if its time has come."""
+        if self.pin is not None and time.monotonic() >= self.pin.release_at:
+            self._release_pin(held=True)
+
+    def release_all(self) -> None:
+        """End the pin under way, due or not (cut short: its cost is not judged)."""
+        if self.pin is not None:
+            self._release_pin(held=time.monotonic() >= self.pin.release_at)
 
     def _record(self, kind: str, worker: str | None, began: datetime) -> None:
         self.state.ledger.faults.append(Fault(kind, worker, began, self.state.clock()))
@@ -177,3 +242,66 @@ class Faults:
             )
         self._record("restart", None, began)
         self._last_restart = time.monotonic()
+
+    def _pin(self) -> None:
+        """Hold the xmin horizon (an idle transaction, or a reader) for `pin_s`, and
+        enqueue `pin_churn` jobs whose rows, once done, no VACUUM can remove meanwhile."""
+        state = self.state
+        if self.pin is not None:
+            state.ledger.missed["pin"] += 1
+            return
+        began = state.clock()
+        thread = HorizonPin(state.alias, state.random.choice(["idle", "reader"]))
+        thread.start()
+        thread.holding.wait(30)
+        if thread.error is not None:
+            state.ledger.missed["pin"] += 1
+            return
+        before = self._claim_buffers(floors=False)
+        self.pin = Pin(thread, began, time.monotonic() + state.config.pin_s, before)
+        self.load.enqueue_plain(state.config.pin_churn)
+
+    def _release_pin(self, *, held: bool) -> None:
+        state, pin = self.state, self.pin
+        assert pin is not None
+        self.pin = None
+        floors = self._workers_read_floors()
+        after = self._claim_buffers(floors=floors)
+        dead, _, _ = state.database(
+            lambda: Job.objects.table_upkeep(using=state.alias), "reading the job table"
+        )
+        pin.thread.release()
+        ended = state.clock()
+        held = held and pin.thread.error is None
+        state.ledger.pins.append(
+            PinSample(pin.thread.how, pin.began, ended, pin.before, after, floors, held, dead)
+        )
+        self._record("pin", None, pin.began)
+
+    def _claim_buffers(self, *, floors: bool) -> int:
+        """The buffers a claim of the run's queue reads now, as a worker sends it: from
+        the queue's floor (as a worker that sees the horizon held), or from its start."""
+        state = self.state
+        from_floors = ClaimFloors(state.alias) if floors else None
+        if from_floors is not None:
+            from_floors.engage(True)
+        cost: ClaimCost = state.database(
+            lambda: Job.objects.claim_cost([state.queue], floors=from_floors, using=state.alias),
+            "explaining a claim",
+        )
+        return cost.buffers
+
+    def _workers_read_floors(self) -> bool:
+        """Whether every worker up long enough to have seen the horizon held says, in the
+        registry, that its claims read from their queues' floors (none such: False)."""
+        state = self.state
+        settled = {
+            worker.name
+            for worker in self.workers.slots
+            if worker.alive and worker.started + SETTLED_S <= time.monotonic()
+        }
+        rows = state.database(
+            lambda: WorkerRow.objects.status(using=state.alias), "reading the workers"
+        )
+        said = [row.claims_from_floors for row in rows if row.id in settled and row.live]
+        return bool(said) and all(said)

@@ -34,6 +34,11 @@ RATE_WINDOW = timedelta(seconds=1)
 #: server (a busy machine picks it up late).
 IN_FLIGHT_SLACK = timedelta(seconds=2)
 
+#: A claim at the end of a pin may read this many shared buffers more than twice what it
+#: read when the pin began: the dead entries of the last moment before its floor, which
+#: the claim still walks (CLAIM_FLOORS keeps a floor 100 ms behind the statement).
+PIN_SLACK_BUFFERS = 64
+
 
 class Execution(Protocol):
     """One execution, as the ledger records it (a ChaosExecution row)."""
@@ -68,7 +73,7 @@ class Fault:
 
     def may_explain(self, execution: Execution, rerun: Execution | None) -> bool:
         """Whether this fault can have cut `execution` short, before `rerun` was claimed."""
-        if self.kind in ("ghost", "poison", "cancel"):  # faults of the load, not of a worker
+        if self.kind in ("ghost", "poison", "cancel", "pin"):  # not faults of a worker
             return False
         if self.worker is not None and self.worker != execution.worker:
             return False
@@ -78,6 +83,24 @@ class Fault:
         return self.ended + slack >= execution.started_at and (
             rerun is None or self.began <= rerun.claimed_at
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PinSample:
+    """A pin (the xmin horizon held by an idle transaction or a REPEATABLE READ reader)
+    and what a claim of the run's queue cost as it began and as it ended: the shared
+    buffers of the claim the workers send, from their queues' floors when they said they
+    read from them (`floors`). `held` is False for a pin cut short (the run ended first,
+    or its connection was lost), whose cost is not judged."""
+
+    how: str
+    began: datetime
+    ended: datetime
+    before: int
+    after: int
+    floors: bool
+    held: bool
+    dead_rows: int  # the job table's dead rows as it ended
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +163,8 @@ class Evidence:
     #: Batches the run committed (S31), and how each ended, by id.
     batches: list[BatchWritten] = field(default_factory=list)
     batch_ends: dict[int, BatchEnd] = field(default_factory=dict)
+    #: The run's pins, with the claim's cost as each began and ended.
+    pins: list[PinSample] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +194,7 @@ def judge(evidence: Evidence) -> list[Verdict]:
         _cancellations(evidence),
         _limits(evidence),
         _workflows(evidence),
+        _claim_cost_under_pins(evidence),
         _workers_survived(evidence),
     ]
 
@@ -541,6 +567,28 @@ def _workflows(evidence: Evidence) -> Verdict:
         "member (S29-S31)",
         tuple(violations),
         len(evidence.chains) + len(evidence.batches),
+    )
+
+
+def _claim_cost_under_pins(evidence: Evidence) -> Verdict:
+    violations = []
+    judged = [pin for pin in evidence.pins if pin.held]
+    for pin in judged:
+        bound = 2 * pin.before + PIN_SLACK_BUFFERS
+        if pin.after > bound:
+            read = "from their queues' floors" if pin.floors else "from each queue's start"
+            violations.append(
+                f"a pin ({pin.how}) from {pin.began:%H:%M:%S.%f} to {pin.ended:%H:%M:%S.%f}: "
+                f"the claim read {pin.after} buffers at its end, {pin.before} at its start "
+                f"(at most {bound}); the workers' claims read {read}, "
+                f"{pin.dead_rows} dead rows in the job table"
+            )
+    return Verdict(
+        "claim cost under a held horizon",
+        "while a transaction or a reader held the xmin horizon, the claim read at most "
+        f"twice the buffers it read when the hold began, and {PIN_SLACK_BUFFERS} more (S42)",
+        tuple(violations),
+        len(judged),
     )
 
 

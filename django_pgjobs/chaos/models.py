@@ -128,6 +128,18 @@ class ChaosExecutionManager(models.Manager["ChaosExecution"]):
         [(count,)] = db.fetchall(sql.TERMINATE_BACKENDS, params, using)
         return int(count)
 
+    def hold_horizon(self, how: str, *, using: str | None = None) -> None:
+        """Hold the database's xmin horizon until the caller's transaction ends: "idle"
+        takes an XID (a session left idle in a transaction), "reader" reads the job table
+        in REPEATABLE READ (a long report). Call first thing in the transaction."""
+        if how == "reader":
+            db.fetchall(sql.READ_JOBS_IN_SNAPSHOT, {}, using)
+            db.fetchall(sql.COUNT_JOBS, {}, using)
+        elif how == "idle":
+            db.fetchall(sql.HOLD_XID, {}, using)
+        else:
+            raise ValueError(f"A pin is 'idle' or 'reader', not {how!r}.")
+
 
 class ChaosExecution(models.Model):
     """One execution of a job of a `manage.py chaosjobs` run: its ledger, checked at the end.

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -35,6 +36,7 @@ class Worker:
     log_path: Path | None = None
     stopped_at: datetime | None = None  # the database's clock when SIGSTOP was sent
     resume_at: float = 0.0  # monotonic time of its SIGCONT
+    started: float = 0.0  # monotonic time its current process started
     self_exits: int = 0
 
     @property
@@ -47,10 +49,14 @@ class Worker:
         return self.process is not None and self.process.poll() is None
 
     def tail(self, lines: int = 15) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return "(no output)"
-        text = self.log_path.read_text(errors="replace").strip().splitlines()
+        text = self.output().strip().splitlines()
         return "\n".join(text[-lines:]) or "(no output)"
+
+    def output(self) -> str:
+        """What its current process has printed so far."""
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")
 
 
 class Workers:
@@ -69,6 +75,7 @@ class Workers:
         """Start the next generation of `worker`: a new process, id and log."""
         worker.generation += 1
         worker.stopped_at = None
+        worker.started = time.monotonic()
         worker.log_path = self.log_dir / f"{worker.name}.log"
         env = {
             **os.environ,

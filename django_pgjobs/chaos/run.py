@@ -124,6 +124,7 @@ class ChaosRun:
                 drain_s=drain_s,
                 seconds=time.monotonic() - started,
                 log_dir=None if passed and not self.config.keep else self.log_dir,
+                pins=list(evidence.pins),
             )
         finally:
             self.workers.kill()
@@ -196,6 +197,7 @@ class ChaosRun:
                 self.load.trigger(self.state.random.randrange(config.keys))
                 owed_triggers -= 1
             self.faults.resume_due()
+            self.faults.release_due()
             self.workers.watch()
             if now >= next_fault and config.faults:
                 self.faults.inject()
@@ -206,6 +208,7 @@ class ChaosRun:
                 next_progress = now + PROGRESS_S
             time.sleep(TICK_S)
         self.faults.resume_all()
+        self.faults.release_all()
 
     def _drain(self) -> float | None:
         """Wait until nothing of the run is pending or running.

@@ -18,7 +18,7 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from django_pgjobs.chaos.config import ChaosAborted, ChaosConfig
-from django_pgjobs.chaos.invariants import BatchWritten, Fault
+from django_pgjobs.chaos.invariants import BatchWritten, Fault, PinSample
 from django_pgjobs.chaos.models import ChaosExecution
 
 #: How long the run waits for its database to come back before it gives up.
@@ -46,6 +46,8 @@ class Ledger:
     chains: list[tuple[int, ...]] = field(default_factory=list)
     batches: list[BatchWritten] = field(default_factory=list)
     missed: Counter[str] = field(default_factory=Counter)
+    #: The pins that ended, with the claim's cost at each one's start and end.
+    pins: list[PinSample] = field(default_factory=list)
     worker_exits: list[str] = field(default_factory=list)
 
 

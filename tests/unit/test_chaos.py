@@ -246,6 +246,34 @@ class TestInvariants:
         found = evidence(Run(1), worker_exits=["w1 exited by itself with status 1"])
         assert broken(found) == {"workers survive faults": ("w1 exited by itself with status 1",)}
 
+    @staticmethod
+    def pin(before: int, after: int, *, held: bool = True, floors: bool = True) -> Any:
+        return invariants.PinSample("idle", at(1), at(26), before, after, floors, held, 4000)
+
+    def test_s42_a_claim_that_grew_past_twice_its_cost_under_a_pin_is_caught(self) -> None:
+        slack = invariants.PIN_SLACK_BUFFERS
+        within = evidence(Run(1), pins=[self.pin(30, 60 + slack), self.pin(20, 20)])
+        assert broken(within) == {}
+        assert next(v for v in judge(within) if v.name.startswith("claim cost")).checked == 2
+        grown = evidence(Run(1), pins=[self.pin(30, 61 + slack, floors=False)])
+        [violation] = broken(grown)["claim cost under a held horizon"]
+        assert f"read {61 + slack} buffers at its end, 30 at its start" in violation
+        assert "from each queue's start" in violation and "4000 dead rows" in violation
+
+    def test_s42_a_pin_cut_short_is_not_judged(self) -> None:
+        found = evidence(Run(1), pins=[self.pin(30, 5000, held=False)])
+        assert broken(found) == {}
+        assert next(v for v in judge(found) if v.name.startswith("claim cost")).checked == 0
+
+    def test_a_pin_explains_no_rerun(self) -> None:
+        first = Run(1, outcome="started", claimed=0, written=None)
+        second = Run(1, attempt=2, claimed=5, written=6, worker="w2")
+        pinned = Fault("pin", None, at(0), at(4))
+        found = evidence(first, second, faults=[pinned])
+        assert any(
+            "no fault hit that worker" in v for v in broken(found)["at-least-once within the lease"]
+        )
+
 
 class TestConfig:
     @pytest.mark.parametrize(
@@ -256,6 +284,8 @@ class TestConfig:
             ({"workers": 0}, "at least one worker"),
             ({"duration": 0}, "more than 0"),
             ({"lease": 0}, "at least 1"),
+            ({"pin_s": 0}, "a pin must last"),
+            ({"pin_churn": -1}, "a pin must last"),
         ],
     )
     def test_bad_settings_are_refused_with_the_reason(

@@ -152,6 +152,20 @@ class Command(BaseCommand):
             help=f"Mean seconds between two faults (default {defaults.fault_every:g}).",
         )
         parser.add_argument(
+            "--pin-seconds",
+            type=positive_seconds,
+            default=defaults.pin_s,
+            help="How long a 'pin' holds the xmin horizon (an idle transaction or a "
+            f"REPEATABLE READ reader; default {defaults.pin_s:g}).",
+        )
+        parser.add_argument(
+            "--pin-churn",
+            type=int,
+            default=defaults.pin_churn,
+            help="Jobs enqueued as a pin begins, whose rows it keeps dead "
+            f"(default {defaults.pin_churn}).",
+        )
+        parser.add_argument(
             "--allow-db-restart",
             metavar="COMMAND",
             help="Also restart PostgreSQL now and then, with this command "
@@ -191,6 +205,8 @@ class Command(BaseCommand):
                 faults=faults,
                 fault_every=options["fault_every"],
                 restart_command=options["allow_db_restart"],
+                pin_s=options["pin_seconds"],
+                pin_churn=options["pin_churn"],
                 drain_timeout=options["drain_timeout"],
                 seed=options["seed"],
                 keep=options["keep"],
@@ -248,6 +264,15 @@ class Command(BaseCommand):
         )
         write(f"faults injected    {faults}" + (f" (missed: {missed})" if missed else ""))
         write(f"dead letters       {dead or 'none'}")
+        for pin in report.pins:
+            held = (pin.ended - pin.began).total_seconds()
+            how = "from their floors" if pin.floors else "from each queue's start"
+            write(
+                f"pin ({pin.how}){' ' * (13 - len(pin.how))}"
+                f"{'held' if pin.held else 'cut short after'} {held:.0f} s: "
+                f"a claim read {pin.before} buffers as it began, {pin.after} as it ended "
+                f"(the workers' claims {how}; {pin.dead_rows} dead rows)"
+            )
         write(f"drained after      {drain} after the last fault")
         write(f"took               {report.seconds:.0f} s")
         write("")
