@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import DataError, connection, transaction
 
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
@@ -21,7 +21,7 @@ from django_pgjobs.maintenance import TableCare
 from django_pgjobs.managers import claiming
 from django_pgjobs.managers.claiming import ClaimFloors
 from django_pgjobs.models import Job
-from tests.helpers import execute, other_connection, wait_until
+from tests.helpers import execute, other_connection, scalar, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,6 +71,32 @@ def test_s42_from_its_floor_a_claim_reads_past_the_dead_entries_of_claimed_jobs(
     assert handle.kind == "tests.noop"
 
 
+def test_s42_a_keyed_job_waiting_in_the_queue_does_not_hold_its_floor_back(
+    held_horizon: None,
+) -> None:
+    """The floors are the unkeyed claim's: a keyed trigger waiting for its key (found by
+    the chaos run's pins: its floors stayed at the trigger's enqueue, 322 buffers a claim)."""
+    # Three of one key whose concurrency is 2: two run, the third waits, pending.
+    Job.objects.enqueue_many(
+        [{"kind": "tests.tenant", "payload": {"tenant": "t"}, "queue": QUEUE}] * 3
+    )
+    running = Job.objects.claim_batch(QUEUE, 2, "floors-test")
+    assert [handle.kind for handle in running] == ["tests.tenant"] * 2
+    leave_claimed(3000)
+    assert (
+        scalar("SELECT count(*) FROM pgjobs_job WHERE limit_key IS NOT NULL AND state = 'pending'")
+        == 1
+    )
+    Job.objects.enqueue("tests.noop", queue=QUEUE)
+    floors = ClaimFloors("default")
+    floors.engage(True)
+
+    from_start = Job.objects.claim_cost([QUEUE]).buffers
+    from_floor = Job.objects.claim_cost([QUEUE], floors=floors).buffers
+
+    assert from_floor < from_start / 5, (from_floor, from_start)
+
+
 def test_claim_cost_takes_no_job_and_leaves_the_session_as_it_was() -> None:
     job_id = Job.objects.enqueue("tests.noop", queue=QUEUE).id
     with transaction.atomic():
@@ -81,6 +107,27 @@ def test_claim_cost_takes_no_job_and_leaves_the_session_as_it_was() -> None:
     assert execute("SELECT name FROM pg_prepared_statements WHERE name = 'pgjobs_explained'") == []
     (handle,) = Job.objects.claim_batch(QUEUE, 10, "floors-test")  # still pending
     assert handle.id == job_id
+
+
+def test_a_statement_explained_that_fails_leaves_no_prepared_statement_behind() -> None:
+    with pytest.raises(DataError):
+        db.explained_as_worker("-- fails\nSELECT 1 / %(zero)s::int", {"zero": 0}, None)
+    assert execute("SELECT name FROM pg_prepared_statements WHERE name = 'pgjobs_explained'") == []
+    assert db.explained_as_worker("-- works\nSELECT %(one)s::int", {"one": 1}, None)
+
+
+def test_plan_cost_reads_the_top_nodes_shared_hits_and_reads_only() -> None:
+    plan = (
+        "Result  (cost=0.1..0.2 rows=1 width=8) (actual rows=1 loops=1)\n"
+        "  Buffers: shared hit=30 read=4 dirtied=7 written=2, temp read=9 written=9\n"
+        "  ->  Index Scan  (actual rows=1 loops=1)\n"
+        "        Buffers: shared hit=12\n"
+        "Planning:\n"
+        "  Buffers: shared hit=100\n"
+        "Execution Time: 1.250 ms"
+    )
+    assert db.plan_cost(plan) == (1.25, 34)
+    assert db.plan_cost("Result (actual rows=0 loops=1)\nExecution Time: 0.010 ms") == (0.01, 0)
 
 
 def test_s42_an_ack_probes_its_own_rows_not_the_whole_primary_key() -> None:

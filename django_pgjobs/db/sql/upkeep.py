@@ -14,6 +14,8 @@ SELECT s.n_dead_tup, s.n_live_tup,
         FROM (SELECT a.backend_xmin AS xid FROM pg_stat_activity AS a
               WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
                 AND a.backend_xmin IS NOT NULL
+                -- A VACUUM's snapshot holds back no other VACUUM: not a holder.
+                AND a.pid NOT IN (SELECT v.pid FROM pg_stat_progress_vacuum AS v)
               UNION ALL
               SELECT a.backend_xid FROM pg_stat_activity AS a
               WHERE a.datname = current_database() AND a.backend_xid IS NOT NULL
@@ -35,8 +37,8 @@ VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) pgjobs_job
 """
 
 CLAIM_FLOORS = """
--- Per queue of %(queues)s, its floor: a time no pending job of the queue that is or will
--- become visible runs before, save one made pending with an earlier run_after than its
+-- Per queue of %(queues)s, its floor: a time no pending unkeyed job of the queue that is
+-- or will become visible runs before, save one made pending with an earlier run_after than its
 -- writer's start (a backdated job, a lapsed claim put back): the earliest run_after of
 -- its pending jobs from its last floor %(floors)s on (NULL: from the start), the start of
 -- the oldest transaction that may still write jobs (one holding the job table's
@@ -55,8 +57,10 @@ WITH writers AS (
 ),
 floors AS (
     SELECT q.name,
+           -- Unkeyed jobs only: the floors are the unkeyed claim's (CLAIM_JOBS); a keyed
+           -- trigger waiting for its key held them back to its enqueue.
            least((SELECT j.run_after FROM pgjobs_job AS j
-                  WHERE j.state = 'pending' AND j.queue = q.name
+                  WHERE j.state = 'pending' AND j.limit_key IS NULL AND j.queue = q.name
                     AND j.run_after >= coalesce(q.floor, '-infinity')
                   ORDER BY j.run_after LIMIT 1),
                  w.since,
