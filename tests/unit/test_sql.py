@@ -190,6 +190,10 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "SWEEP_LOCK": {"lock_id": 1},
     "LISTEN_CHANNEL": {},
     "TUNE_WORKER_SESSION": {},
+    "TUNE_WORKER_TRANSACTION": {},
+    "HOLD_XID": {},
+    "READ_JOBS_IN_SNAPSHOT": {},
+    "COUNT_JOBS": {},
     "RUN_JOBS_NOW": {"ids": [1], **WAKE},
     "DELETE_DEAD_JOBS": {"ids": [1]},
     "FILE_DEAD_LETTERS": {"after": 0, "limit": 10},
@@ -219,6 +223,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "succeeded": 0,
         "failed": 0,
         "abandoned": 0,
+        "claims_from_floors": False,
     },
     "STOP_WORKER": {"id": "host:1:abc", "succeeded": 1, "failed": 0},
     "LIST_WORKERS": {},
@@ -342,6 +347,9 @@ TABLELESS = {
     "SWEEP_LOCK",
     "LISTEN_CHANNEL",
     "TUNE_WORKER_SESSION",
+    "TUNE_WORKER_TRANSACTION",
+    "HOLD_XID",
+    "READ_JOBS_IN_SNAPSHOT",
     "DATABASE_CLOCK",
     "LIMIT_LOCK_WAIT",
     "LIMIT_STATEMENT_TIME",
@@ -356,9 +364,10 @@ TABLELESS = {
     "END_BATCH_SEAL",
     "JOB_TABLE_UPKEEP",  # the statistics' views, of the job table by its name
 }
-#: Utility statements, which cannot run inside the test's transaction (TableCare's tests
-#: run them).
-UTILITY = {"VACUUM_JOB_TABLE"}
+#: Statements that cannot run inside the test's transaction: a utility statement
+#: (TableCare's tests run it), and the first statement of a transaction (the chaos run's
+#: reader, tests/processes/test_chaos.py).
+UTILITY = {"VACUUM_JOB_TABLE", "READ_JOBS_IN_SNAPSHOT"}
 
 
 def test_every_statement_has_sample_parameters() -> None:

@@ -261,7 +261,7 @@ DEPENDENTS_OF_BURIED = """dependents AS (
 #: primary key for every statement, dead entries included (ACK_JOBS: 78,000 buffers and
 #: 120-180 ms an ack two minutes into a held xmin horizon, three times in one statement,
 #: from deleted, kept and promoted). CLAIM_PICKED probes the same way.
-IN_TARGET = "j.id = ANY(ARRAY(SELECT id FROM target))"
+IN_TARGET = "j.id = ANY(ARRAY(SELECT k.id FROM target AS k))"
 
 
 #: S29 for ACK_JOBS, whose `target` holds the acked rows with their results: the

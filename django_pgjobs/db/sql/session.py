@@ -3,7 +3,25 @@ advisory lock, the clock, lock waits, and the chaos run's connection faults."""
 
 from __future__ import annotations
 
-TUNE_WORKER_SESSION = """
+#: The plan settings of a worker's connection (TUNE_WORKER_SESSION), and of a statement
+#: explained as a worker runs it (TUNE_WORKER_TRANSACTION).
+_WORKER_PLANS = (
+    ("plan_cache_mode", "force_generic_plan"),
+    ("jit", "off"),
+    ("enable_sort", "off"),
+    ("enable_incremental_sort", "off"),
+    ("enable_seqscan", "off"),
+)
+
+
+def _set_config(settings: tuple[tuple[str, str], ...], *, local: bool) -> str:
+    return ",\n       ".join(
+        f"set_config('{name}', '{value}', {'true' if local else 'false'})"
+        for name, value in settings
+    )
+
+
+TUNE_WORKER_SESSION = f"""
 -- Plan each prepared statement once on this connection, never JIT-compile, plan without
 -- sorts where an index gives the order and without sequential scans where an index
 -- finds the rows, and wait at most 500 ms for a row lock: the worker's own connection
@@ -14,27 +32,18 @@ TUNE_WORKER_SESSION = """
 -- statistics say: on a table a burst just filled, with none, the planner otherwise took
 -- the schedule index, read the whole backlog and sorted it, for every claim (218 ms
 -- against 5 ms for 50,000 jobs). Without sequential scans a statement planned while the
--- job table was small (a generic plan is kept until a VACUUM or ANALYZE of the table,
--- and none comes while the xmin horizon is held) does not read the whole table for each
--- job once it has grown: an ack planned on a table of one page read every page of it for
--- each acked job.
-SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
-       set_config('jit', 'off', false),
-       set_config('enable_sort', 'off', false),
-       set_config('enable_incremental_sort', 'off', false),
-       set_config('enable_seqscan', 'off', false),
-       set_config('lock_timeout', '500ms', false)
+-- job table was small does not read the whole table for each job once it has grown: a
+-- generic plan is kept until new statistics of the table replace it (a VACUUM or an
+-- ANALYZE), which may be late, and while the xmin horizon is held the table care runs
+-- none; an ack planned on a table of one page read every page of it for each acked job.
+SELECT {_set_config((*_WORKER_PLANS, ("lock_timeout", "500ms")), local=False)}
 """
 
-TUNE_WORKER_TRANSACTION = """
+TUNE_WORKER_TRANSACTION = f"""
 -- TUNE_WORKER_SESSION's plan settings for this transaction only: a statement explained
--- as a worker runs it (its generic plan, no JIT, no sorts nor sequential scans where an
+-- as a worker runs it (a generic plan, no JIT, no sorts nor sequential scans where an
 -- index serves).
-SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-       set_config('jit', 'off', true),
-       set_config('enable_sort', 'off', true),
-       set_config('enable_incremental_sort', 'off', true),
-       set_config('enable_seqscan', 'off', true)
+SELECT {_set_config(_WORKER_PLANS, local=True)}
 """
 
 SWEEP_LOCK = """
