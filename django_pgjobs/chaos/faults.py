@@ -25,15 +25,22 @@ from django_pgjobs.chaos.load import Load
 from django_pgjobs.chaos.models import ChaosExecution
 from django_pgjobs.chaos.processes import Worker, Workers
 from django_pgjobs.chaos.state import RunState
+from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.managers.claiming import ClaimFloors
 from django_pgjobs.models import Job
 from django_pgjobs.models import Worker as WorkerRow
 from django_pgjobs.records import ClaimCost
 
-#: A worker up for less than this has not yet had the time to see a held horizon (two
-#: looks of its table care, VACUUM_INTERVAL apart, and a heartbeat to say so): whether
-#: its claims read from their floors does not decide a pin's sample.
-SETTLED_S = 15.0
+#: The dead rows below which a worker's table care leaves the floors off (TableCare's
+#: min_dead): a pin that left fewer is not judged.
+MIN_DEAD_ROWS = 1000
+
+
+def settle_s() -> float:
+    """How long a worker must have been up to have seen a held horizon: two looks of its
+    table care, VACUUM_INTERVAL apart, a heartbeat to say so, and a margin. A worker up
+    for less does not decide whether a pin's claim is sampled from the floors."""
+    return 2 * pgjobs_settings.VACUUM_INTERVAL + pgjobs_settings.WORKER_HEARTBEAT + 5.0
 
 
 class HorizonPin(threading.Thread):
@@ -245,7 +252,8 @@ class Faults:
 
     def _pin(self) -> None:
         """Hold the xmin horizon (an idle transaction, or a reader) for `pin_s`, and
-        enqueue `pin_churn` jobs whose rows, once done, no VACUUM can remove meanwhile."""
+        enqueue `pin_churn` quick jobs whose rows, once done, no VACUUM can remove
+        meanwhile."""
         state = self.state
         if self.pin is not None:
             state.ledger.missed["pin"] += 1
@@ -253,30 +261,49 @@ class Faults:
         began = state.clock()
         thread = HorizonPin(state.alias, state.random.choice(["idle", "reader"]))
         thread.start()
-        thread.holding.wait(30)
-        if thread.error is not None:
+        if not thread.holding.wait(30) or thread.error is not None:
+            thread.release()
             state.ledger.missed["pin"] += 1
             return
-        before = self._claim_buffers(floors=False)
+        try:
+            before = self._claim_buffers(floors=False)
+        except BaseException:
+            thread.release()
+            raise
         self.pin = Pin(thread, began, time.monotonic() + state.config.pin_s, before)
-        self.load.enqueue_plain(state.config.pin_churn)
+        self.load.enqueue_plain(state.config.pin_churn, sleep=0.0)
 
     def _release_pin(self, *, held: bool) -> None:
         state, pin = self.state, self.pin
         assert pin is not None
         self.pin = None
-        floors = self._workers_read_floors()
-        after = self._claim_buffers(floors=floors)
-        dead, _, _ = state.database(
-            lambda: Job.objects.table_upkeep(using=state.alias), "reading the job table"
-        )
-        pin.thread.release()
+        try:
+            floors, settled = self._workers_read_floors()
+            after = self._claim_buffers(floors=floors)
+            dead, _, _ = state.database(
+                lambda: Job.objects.table_upkeep(using=state.alias), "reading the job table"
+            )
+        finally:
+            pin.thread.release()
         ended = state.clock()
-        held = held and pin.thread.error is None
+        if not held or pin.thread.error is not None:
+            unjudged = "cut short"
+        elif not settled:
+            unjudged = "no worker was up long enough to have seen it"
+        elif dead < MIN_DEAD_ROWS:
+            unjudged = f"{dead} dead rows, fewer than the table care's {MIN_DEAD_ROWS:,}"
+        else:
+            unjudged = None
         state.ledger.pins.append(
-            PinSample(pin.thread.how, pin.began, ended, pin.before, after, floors, held, dead)
+            PinSample(pin.thread.how, pin.began, ended, pin.before, after, floors, dead, unjudged)
         )
         self._record("pin", None, pin.began)
+
+    def drop_pin(self) -> None:
+        """End the pin under way without a word (a run that stops short)."""
+        if self.pin is not None:
+            self.pin.thread.release()
+            self.pin = None
 
     def _claim_buffers(self, *, floors: bool) -> int:
         """The buffers a claim of the run's queue reads now, as a worker sends it: from
@@ -291,17 +318,20 @@ class Faults:
         )
         return cost.buffers
 
-    def _workers_read_floors(self) -> bool:
-        """Whether every worker up long enough to have seen the horizon held says, in the
-        registry, that its claims read from their queues' floors (none such: False)."""
+    def _workers_read_floors(self) -> tuple[bool, bool]:
+        """Whether every worker up long enough to have seen the horizon held (and not
+        stopped) says, in the registry, that its claims read from their queues' floors;
+        and whether there was such a worker."""
         state = self.state
         settled = {
             worker.name
             for worker in self.workers.slots
-            if worker.alive and worker.started + SETTLED_S <= time.monotonic()
+            if worker.alive
+            and worker.stopped_at is None
+            and worker.started + settle_s() <= time.monotonic()
         }
         rows = state.database(
             lambda: WorkerRow.objects.status(using=state.alias), "reading the workers"
         )
         said = [row.claims_from_floors for row in rows if row.id in settled and row.live]
-        return bool(said) and all(said)
+        return bool(said) and all(said), bool(said)

@@ -90,8 +90,9 @@ class PinSample:
     """A pin (the xmin horizon held by an idle transaction or a REPEATABLE READ reader)
     and what a claim of the run's queue cost as it began and as it ended: the shared
     buffers of the claim the workers send, from their queues' floors when they said they
-    read from them (`floors`). `held` is False for a pin cut short (the run ended first,
-    or its connection was lost), whose cost is not judged."""
+    read from them (`floors`). `unjudged` says why a pin's cost is not judged (None: it
+    is): cut short (the run ended first, or its connection was lost), no worker up long
+    enough to have seen it held, or fewer dead rows than the table care acts on."""
 
     how: str
     began: datetime
@@ -99,8 +100,8 @@ class PinSample:
     before: int
     after: int
     floors: bool
-    held: bool
     dead_rows: int  # the job table's dead rows as it ended
+    unjudged: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -572,7 +573,7 @@ def _workflows(evidence: Evidence) -> Verdict:
 
 def _claim_cost_under_pins(evidence: Evidence) -> Verdict:
     violations = []
-    judged = [pin for pin in evidence.pins if pin.held]
+    judged = [pin for pin in evidence.pins if pin.unjudged is None]
     for pin in judged:
         bound = 2 * pin.before + PIN_SLACK_BUFFERS
         if pin.after > bound:

@@ -42,17 +42,19 @@ class Load:
             "result_retention": 24 * 3600,
         }
 
-    def plain_job(self, *, ghost: bool = False) -> dict[str, Any]:
-        """A plain job of random length; some fail once (flaky), a few always (doomed)."""
+    def plain_job(self, *, ghost: bool = False, sleep: float | None = None) -> dict[str, Any]:
+        """A plain job of random length (or of `sleep` seconds); some fail once (flaky),
+        a few always (doomed)."""
         random = self.state.random
         roll = random.random()
-        sleep = (
-            random.uniform(0, 0.05)
-            if roll < 0.7
-            else random.uniform(0.05, 0.5)
-            if roll < 0.95
-            else random.uniform(0.5, 1.5)
-        )
+        if sleep is None:
+            sleep = (
+                random.uniform(0, 0.05)
+                if roll < 0.7
+                else random.uniform(0.05, 0.5)
+                if roll < 0.95
+                else random.uniform(0.5, 1.5)
+            )
         payload: dict[str, Any] = {"run": self.state.run_id, "sleep": round(sleep, 3)}
         flavour = random.random()
         if flavour < 0.1:
@@ -63,8 +65,9 @@ class Load:
             payload["ghost"] = True
         return {"kind": WORK_KIND, "payload": payload, **self.options()}
 
-    def enqueue_plain(self, count: int) -> None:
-        """Enqueue `count` plain jobs, in transactions of up to 100."""
+    def enqueue_plain(self, count: int, *, sleep: float | None = None) -> None:
+        """Enqueue `count` plain jobs (of `sleep` seconds each, else of random lengths),
+        in transactions of up to 100."""
         ledger = self.state.ledger
         while count > 0:
             size = min(count, 100)
@@ -72,11 +75,11 @@ class Load:
 
             def write(ids: list[int], size: int = size) -> None:
                 if size == 1:  # one at a time, and in bulk (S5)
-                    job = self.plain_job()
+                    job = self.plain_job(sleep=sleep)
                     kind, payload = job.pop("kind"), job.pop("payload")
                     ids.append(Job.objects.enqueue(kind, payload, using=self.state.alias, **job).id)
                 else:
-                    jobs = [self.plain_job() for _ in range(size)]
+                    jobs = [self.plain_job(sleep=sleep) for _ in range(size)]
                     ids += [r.id for r in Job.objects.enqueue_many(jobs, using=self.state.alias)]
 
             ids, committed = self._write(write)

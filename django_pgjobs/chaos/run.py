@@ -69,6 +69,12 @@ class ChaosRun:
         on_progress: Callable[[Progress], None] | None = None,
         on_event: Callable[[str], None] | None = None,
     ) -> None:
+        if "pin" in config.faults and not pgjobs_settings.VACUUM_INTERVAL:
+            raise ChaosAborted(
+                "A pin judges the claim floors that the workers' table care engages, and "
+                "PGJOBS['VACUUM_INTERVAL'] = 0 turns it off: set it above 0, or leave 'pin' "
+                "out of --faults."
+            )
         self.config = config
         self.run_id = uuid.uuid4().hex[:8]
         self.queue = f"chaos.{self.run_id}"
@@ -127,6 +133,7 @@ class ChaosRun:
                 pins=list(evidence.pins),
             )
         finally:
+            self.faults.drop_pin()
             self.workers.kill()
             if not self.config.keep:
                 self._forget()

@@ -247,8 +247,8 @@ class TestInvariants:
         assert broken(found) == {"workers survive faults": ("w1 exited by itself with status 1",)}
 
     @staticmethod
-    def pin(before: int, after: int, *, held: bool = True, floors: bool = True) -> Any:
-        return invariants.PinSample("idle", at(1), at(26), before, after, floors, held, 4000)
+    def pin(before: int, after: int, *, unjudged: str | None = None, floors: bool = True) -> Any:
+        return invariants.PinSample("idle", at(1), at(26), before, after, floors, 4000, unjudged)
 
     def test_s42_a_claim_that_grew_past_twice_its_cost_under_a_pin_is_caught(self) -> None:
         slack = invariants.PIN_SLACK_BUFFERS
@@ -261,7 +261,7 @@ class TestInvariants:
         assert "from each queue's start" in violation and "4000 dead rows" in violation
 
     def test_s42_a_pin_cut_short_is_not_judged(self) -> None:
-        found = evidence(Run(1), pins=[self.pin(30, 5000, held=False)])
+        found = evidence(Run(1), pins=[self.pin(30, 5000, unjudged="cut short")])
         assert broken(found) == {}
         assert next(v for v in judge(found) if v.name.startswith("claim cost")).checked == 0
 

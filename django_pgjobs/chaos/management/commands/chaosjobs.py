@@ -267,11 +267,11 @@ class Command(BaseCommand):
         for pin in report.pins:
             held = (pin.ended - pin.began).total_seconds()
             how = "from their floors" if pin.floors else "from each queue's start"
+            unjudged = f"; not judged: {pin.unjudged}" if pin.unjudged else ""
             write(
-                f"pin ({pin.how}){' ' * (13 - len(pin.how))}"
-                f"{'held' if pin.held else 'cut short after'} {held:.0f} s: "
-                f"a claim read {pin.before} buffers as it began, {pin.after} as it ended "
-                f"(the workers' claims {how}; {pin.dead_rows} dead rows)"
+                f"pin ({pin.how}){' ' * (13 - len(pin.how))}{held:.0f} s: a claim read "
+                f"{pin.before} buffers as it began, {pin.after} as it ended (the workers' "
+                f"claims {how}; {pin.dead_rows} dead rows){unjudged}"
             )
         write(f"drained after      {drain} after the last fault")
         write(f"took               {report.seconds:.0f} s")
