@@ -196,7 +196,7 @@ class Pin:
 def _claim_sample(worker: WorkerProcess, floors: Any) -> tuple[float, int, str]:
     """One claim's execution time (ms), shared buffers and plan (Job.objects.claim_cost):
     the claim the worker sends now, from its queues' floors while it says it reads from
-    them, with the plan the worker's tuned connection has (generic, planned once)."""
+    them, planned as the worker's tuned connection plans it (a generic plan)."""
     from django_pgjobs.maintenance import FLOORS_OFF, FLOORS_ON
     from django_pgjobs.models import Job
 

@@ -186,8 +186,8 @@ class Sweeper:
 
 
 #: What a worker logs when its claims start reading from their queues' floors (the
-#: horizon holds) and when they stop: a run that watches its workers (the pressure
-#: benchmark, a chaos run's pins) reads which its claims do from these.
+#: horizon holds) and when they stop: the pressure benchmark, which starts its worker with
+#: the package's own log handler, reads from these which its claims do.
 FLOORS_ON = "claims read from their queues' floors"
 FLOORS_OFF = "claims read each queue from its start"
 

@@ -529,7 +529,7 @@ class JobManager(JobReads):
         horizon is held (see claiming.ClaimFloors)."""
         claiming.claim_floors(db.alias(using)).engage(held)
 
-    def claims_from_floors(self, *, using: str | None = None) -> bool:
+    def reads_from_floors(self, *, using: str | None = None) -> bool:
         """Whether this process's claims read from their queues' floors now."""
         return claiming.claim_floors(db.alias(using)).engaged
 

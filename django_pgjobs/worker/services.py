@@ -183,7 +183,7 @@ class RegistryService(BackgroundService):
                 succeeded=stats.succeeded,
                 failed=stats.retried + stats.dead,
                 abandoned=stats.abandoned,
-                claims_from_floors=Job.objects.claims_from_floors(using=self.using),
+                claims_from_floors=Job.objects.reads_from_floors(using=self.using),
                 using=self.using,
             )
         return self.interval
