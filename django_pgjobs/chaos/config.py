@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django_pgjobs.chaos import invariants
+from django_pgjobs.chaos.facts import PinSample
 from django_pgjobs.chaos.invariants import Verdict
 
 FAULT_KINDS = ("kill", "stop", "terminate", "ghost", "poison", "cancel", "restart", "pin")
@@ -106,7 +107,7 @@ class ChaosReport:
     drain_s: float | None
     seconds: float
     log_dir: Path | None
-    pins: list[invariants.PinSample]
+    pins: list[PinSample]
 
     @property
     def passed(self) -> bool:

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 
 from django_pgjobs.chaos.config import Progress
-from django_pgjobs.chaos.invariants import BatchEnd, Evidence, FinalJob
+from django_pgjobs.chaos.facts import BatchEnd, Evidence, FinalJob
 from django_pgjobs.chaos.models import ChaosExecution
 from django_pgjobs.chaos.state import RunState
 

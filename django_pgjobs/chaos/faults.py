@@ -20,7 +20,7 @@ from datetime import datetime
 from django.db import DatabaseError, connections, transaction
 
 from django_pgjobs.chaos.config import ChaosAborted
-from django_pgjobs.chaos.invariants import Fault, PinSample
+from django_pgjobs.chaos.facts import Fault, PinSample
 from django_pgjobs.chaos.load import Load
 from django_pgjobs.chaos.models import ChaosExecution
 from django_pgjobs.chaos.processes import Worker, Workers

@@ -14,7 +14,7 @@ from django.db import InterfaceError, OperationalError, transaction
 
 from django_pgjobs.batches import Callback, batch
 from django_pgjobs.chaos import poison
-from django_pgjobs.chaos.invariants import BatchWritten
+from django_pgjobs.chaos.facts import BatchWritten
 from django_pgjobs.chaos.jobs import KEYED_KIND, LIMITED_KIND, POISON_KIND, WORK_KIND, work
 from django_pgjobs.chaos.models import ChaosExecution
 from django_pgjobs.chaos.state import RunState

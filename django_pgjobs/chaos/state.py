@@ -18,7 +18,7 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from django_pgjobs.chaos.config import ChaosAborted, ChaosConfig
-from django_pgjobs.chaos.invariants import BatchWritten, Fault, PinSample
+from django_pgjobs.chaos.facts import BatchWritten, Fault, PinSample
 from django_pgjobs.chaos.models import ChaosExecution
 
 #: How long the run waits for its database to come back before it gives up.

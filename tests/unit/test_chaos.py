@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from django_pgjobs.chaos import invariants
-from django_pgjobs.chaos.invariants import Evidence, Fault, FinalJob, judge
+from django_pgjobs.chaos import facts, invariants
+from django_pgjobs.chaos.facts import Evidence, Fault, FinalJob
+from django_pgjobs.chaos.invariants import judge
 from django_pgjobs.chaos.run import ChaosConfig
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -248,7 +249,7 @@ class TestInvariants:
 
     @staticmethod
     def pin(before: int, after: int, *, unjudged: str | None = None, floors: bool = True) -> Any:
-        return invariants.PinSample("idle", at(1), at(26), before, after, floors, 4000, unjudged)
+        return facts.PinSample("idle", at(1), at(26), before, after, floors, 4000, unjudged)
 
     def test_s42_a_claim_that_grew_past_twice_its_cost_under_a_pin_is_caught(self) -> None:
         slack = invariants.PIN_SLACK_BUFFERS
@@ -358,9 +359,9 @@ class TestWorkflowInvariants:
         success = Run(11, claimed=callback_claimed, written=callback_claimed + 1, worker="w2")
         found = evidence(*members, complete, success)
         del found.committed[10], found.committed[11]  # judged by the workflows invariant
-        written = invariants.BatchWritten(3, (1, 2), {"complete": 10, "success": 11})
+        written = facts.BatchWritten(3, (1, 2), {"complete": 10, "success": 11})
         found.batches = [written]
-        found.batch_ends = {3: invariants.BatchEnd("succeeded", 2, 0)}
+        found.batch_ends = {3: facts.BatchEnd("succeeded", 2, 0)}
         if member_failed:
             found.final[2] = FinalJob(2, None, "dead", reason="chaos: a doomed job")
         return found
@@ -384,7 +385,7 @@ class TestWorkflowInvariants:
         assert broken(found)["workflows"] == (
             "callback 10 (on complete) of batch 3 committed 2 times",
         )
-        found.batch_ends = {3: invariants.BatchEnd("failed", 1, 1)}
+        found.batch_ends = {3: facts.BatchEnd("failed", 1, 1)}
         found.final[2] = FinalJob(2, None, "dead", reason="chaos: a doomed job")
         violations = broken(found)["workflows"]
         assert any("callback 11 (on success) of batch 3 exists or ran" in v for v in violations)
