@@ -21,7 +21,6 @@ from django_pgjobs.db.sql.fragments import (
     COMMIT_MODE,
     DEPENDENTS_OF_ACKED,
     DEPENDENTS_OF_BURIED,
-    IN_TARGET,
     KEPT_COLUMNS,
     KEPT_COLUMNS_OF_J,
     NEXT_DUE_SECONDS,
@@ -30,6 +29,7 @@ from django_pgjobs.db.sql.fragments import (
     PROMOTE_RERUN,
     QUEUE_ALLOWANCE,
     UNKEYED,
+    in_target,
 )
 
 CLAIM_JOBS = f"""
@@ -195,14 +195,12 @@ requeued AS (
         errors = jsonb_path_query_array(j.errors || jsonb_build_array(t.entry),
                  '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
     FROM target AS t
-    WHERE j.id = t.id AND {IN_TARGET}
-      AND NOT t.exhausted AND NOT t.has_rerun AND t.cancel_reason IS NULL
+    WHERE j.id = t.id AND NOT t.exhausted AND NOT t.has_rerun AND t.cancel_reason IS NULL
     RETURNING j.queue, j.run_after
 ),
 buried AS (
     DELETE FROM pgjobs_job AS j USING target AS t
-    WHERE j.id = t.id AND {IN_TARGET}
-      AND (t.exhausted OR t.cancel_reason IS NOT NULL) AND NOT t.has_rerun
+    WHERE j.id = t.id AND (t.exhausted OR t.cancel_reason IS NOT NULL) AND NOT t.has_rerun
     RETURNING j.*, t.entry AS final_entry, t.cancel_reason
 ),
 dead AS (
@@ -224,7 +222,7 @@ promoted AS (
         errors = jsonb_path_query_array(j.errors || jsonb_build_array(t.entry),
                  '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
     FROM target AS t
-    WHERE j.id = t.id AND {IN_TARGET} AND t.has_rerun
+    WHERE j.id = t.id AND t.has_rerun
     RETURNING j.queue, j.run_after
 ),
 woke AS (
@@ -264,23 +262,23 @@ WITH target AS (
     ) AS j
 ),
 deleted AS (
-    DELETE FROM pgjobs_job AS j USING target AS t
-    WHERE j.id = t.id AND {IN_TARGET} AND NOT t.has_rerun AND t.result_ttl_s IS NULL
+    DELETE FROM pgjobs_job AS j
+    WHERE {in_target("NOT k.has_rerun AND k.result_ttl_s IS NULL")}
     RETURNING j.id
 ),
 kept AS (
     UPDATE pgjobs_job AS j
-    SET state = 'done', result = t.result, finished_at = now(),
-        purge_at = now() + make_interval(secs => t.result_ttl_s)
-    FROM target AS t
-    WHERE j.id = t.id AND {IN_TARGET} AND NOT t.has_rerun AND t.result_ttl_s IS NOT NULL
+    SET state = 'done', result = (SELECT k.result FROM target AS k WHERE k.id = j.id),
+        finished_at = now(),
+        purge_at = now() + make_interval(
+            secs => (SELECT k.result_ttl_s FROM target AS k WHERE k.id = j.id))
+    WHERE {in_target("NOT k.has_rerun AND k.result_ttl_s IS NOT NULL")}
     RETURNING j.id
 ),
 promoted AS (
     UPDATE pgjobs_job AS j
     SET {PROMOTE_RERUN}
-    FROM target AS t
-    WHERE j.id = t.id AND {IN_TARGET} AND t.has_rerun
+    WHERE {in_target("k.has_rerun")}
     RETURNING j.queue, j.run_after
 ),
 woke AS (
@@ -325,7 +323,7 @@ retried AS (
         errors = jsonb_path_query_array(j.errors || jsonb_build_array(t.entry),
                  '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
     FROM target AS t
-    WHERE j.id = t.id AND {IN_TARGET} AND NOT t.exhausted AND NOT t.has_rerun
+    WHERE j.id = t.id AND NOT t.exhausted AND NOT t.has_rerun
     RETURNING j.id
 ),
 promoted AS (
@@ -335,12 +333,12 @@ promoted AS (
         errors = jsonb_path_query_array(j.errors || jsonb_build_array(t.entry),
                  '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
     FROM target AS t
-    WHERE j.id = t.id AND {IN_TARGET} AND t.has_rerun
+    WHERE j.id = t.id AND t.has_rerun
     RETURNING j.queue, j.run_after
 ),
 buried AS (
     DELETE FROM pgjobs_job AS j USING target AS t
-    WHERE j.id = t.id AND {IN_TARGET} AND t.exhausted AND NOT t.has_rerun
+    WHERE j.id = t.id AND t.exhausted AND NOT t.has_rerun
     RETURNING j.*, t.error AS final_error, t.entry AS final_entry, t.category AS final_category
 ),
 dead AS (
@@ -399,12 +397,12 @@ promoted AS (
         errors = jsonb_path_query_array(j.errors || jsonb_build_array(t.entry),
                  '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
     FROM target AS t
-    WHERE j.id = t.id AND {IN_TARGET} AND t.has_rerun
+    WHERE j.id = t.id AND t.has_rerun
     RETURNING j.queue, j.run_after
 ),
 buried AS (
     DELETE FROM pgjobs_job AS j USING target AS t
-    WHERE j.id = t.id AND {IN_TARGET} AND NOT t.has_rerun
+    WHERE j.id = t.id AND NOT t.has_rerun
     RETURNING j.*, t.error AS final_error, t.entry AS final_entry, t.category AS final_category
 ),
 dead AS (
@@ -448,15 +446,13 @@ released AS (
     UPDATE pgjobs_job AS j
     SET state = 'pending', attempts = greatest(j.attempts - 1, 0),
         claimed_by = NULL, claimed_until = NULL
-    FROM target AS t
-    WHERE j.id = t.id AND {IN_TARGET} AND NOT t.has_rerun
+    WHERE {in_target("NOT k.has_rerun")}
     RETURNING j.queue, j.run_after
 ),
 promoted AS (
     UPDATE pgjobs_job AS j
     SET {PROMOTE_RERUN}
-    FROM target AS t
-    WHERE j.id = t.id AND {IN_TARGET} AND t.has_rerun
+    WHERE {in_target("k.has_rerun")}
     RETURNING j.queue, j.run_after
 ),
 woke AS (
@@ -492,7 +488,7 @@ WITH target AS (
 UPDATE pgjobs_job AS j
 SET claimed_until = now() + make_interval(secs => t.extend_s)
 FROM target AS t
-WHERE j.id = t.id AND {IN_TARGET}
+WHERE j.id = t.id
 RETURNING j.id, j.claimed_until, {COMMIT_MODE}
 """
 
@@ -522,7 +518,7 @@ extended AS (
     SET claimed_until = now() + make_interval(secs => t.extend_s),
         progress = coalesce(t.progress || jsonb_build_object('at', now()), j.progress)
     FROM target AS t
-    WHERE j.id = t.id AND {IN_TARGET}
+    WHERE j.id = t.id
     RETURNING j.id, j.claimed_until
 )
 SELECT t.id, e.claimed_until,

@@ -255,13 +255,18 @@ DEPENDENTS_OF_BURIED = """dependents AS (
     HAVING count(*) > 0
 )"""
 
-#: The rows of a statement's `target` CTE, as an index condition on `pgjobs_job AS j`
-#: beside each join with it: a join with a CTE alone is planned from the table's
-#: statistics, and with a generic plan made while the table was small it walked the whole
-#: primary key for every statement, dead entries included (ACK_JOBS: 78,000 buffers and
-#: 120-180 ms an ack two minutes into a held xmin horizon, three times in one statement,
-#: from deleted, kept and promoted). CLAIM_PICKED probes the same way.
-IN_TARGET = "j.id = ANY(ARRAY(SELECT k.id FROM target AS k))"
+
+def in_target(condition: str) -> str:
+    """The rows of a statement's `target` CTE that meet `condition` (on `target AS k`), as
+    the whole WHERE of a DELETE or UPDATE of `pgjobs_job AS j` that needs nothing else of
+    them: one primary-key probe per row, whatever the plan was made from. A join with the
+    CTE is planned from the table's statistics, and with a generic plan made while the
+    table was small it walked the whole primary key for every statement, dead entries
+    included (ACK_JOBS: 78,000 buffers and 120-180 ms an ack two minutes into a held xmin
+    horizon). Kept beside a join instead, as a second condition, it was probed once per
+    row of the join on an analyzed table (a third of the drain's rate). CLAIM_PICKED
+    probes the same way."""
+    return f"j.id = ANY(ARRAY(SELECT k.id FROM target AS k WHERE {condition}))"
 
 
 #: S29 for ACK_JOBS, whose `target` holds the acked rows with their results: the

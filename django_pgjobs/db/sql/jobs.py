@@ -6,11 +6,11 @@ from __future__ import annotations
 from django_pgjobs.db.sql.fragments import (
     DEPENDENTS_OF_BURIED,
     EDGES_OF_PRUNED,
-    IN_TARGET,
     KEPT_COLUMNS,
     KEPT_COLUMNS_OF_J,
     MERGE_INTO_LIVE_JOB,
     PROMOTE_RERUN,
+    in_target,
 )
 
 INSERT_JOB = """
@@ -274,8 +274,8 @@ WITH target AS (
     FOR UPDATE SKIP LOCKED
 ),
 buried AS (
-    DELETE FROM pgjobs_job AS j USING target AS t
-    WHERE j.id = t.id AND {IN_TARGET} AND NOT t.has_rerun
+    DELETE FROM pgjobs_job AS j
+    WHERE {in_target("NOT k.has_rerun")}
     RETURNING j.*
 ),
 dead AS (
@@ -294,8 +294,7 @@ promoted AS (
                 'attempt', j.attempts, 'at', now(), 'error', 'expired', 'traceback', NULL,
                 'exception', NULL, 'worker_id', j.worker_id)),
             '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
-    FROM target AS t
-    WHERE j.id = t.id AND {IN_TARGET} AND t.has_rerun
+    WHERE {in_target("k.has_rerun")}
     RETURNING j.queue, j.run_after
 ),
 woke AS (

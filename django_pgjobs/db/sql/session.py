@@ -10,7 +10,6 @@ _WORKER_PLANS = (
     ("jit", "off"),
     ("enable_sort", "off"),
     ("enable_incremental_sort", "off"),
-    ("enable_seqscan", "off"),
 )
 
 
@@ -23,26 +22,20 @@ def _set_config(settings: tuple[tuple[str, str], ...], *, local: bool) -> str:
 
 TUNE_WORKER_SESSION = f"""
 -- Plan each prepared statement once on this connection, never JIT-compile, plan without
--- sorts where an index gives the order and without sequential scans where an index
--- finds the rows, and wait at most 500 ms for a row lock: the worker's own connection
--- runs nothing but the queue's short, index-bound statements, and an application
--- transaction that holds a job's row (a child written after it) must not stall the loop
--- that heartbeats every other job (S39): that job's outcome waits.
+-- sorts where an index gives the order, and wait at most 500 ms for a row lock: the
+-- worker's own connection runs nothing but the queue's short, index-bound statements,
+-- and an application transaction that holds a job's row (a child written after it) must
+-- not stall the loop that heartbeats every other job (S39): that job's outcome waits.
 -- Without sorts the claim's probes walk the claim index in its order whatever the
 -- statistics say: on a table a burst just filled, with none, the planner otherwise took
 -- the schedule index, read the whole backlog and sorted it, for every claim (218 ms
--- against 5 ms for 50,000 jobs). Without sequential scans a statement planned while the
--- job table was small does not read the whole table for each job once it has grown: a
--- generic plan is kept until new statistics of the table replace it (a VACUUM or an
--- ANALYZE), which may be late, and while the xmin horizon is held the table care runs
--- none; an ack planned on a table of one page read every page of it for each acked job.
+-- against 5 ms for 50,000 jobs).
 SELECT {_set_config((*_WORKER_PLANS, ("lock_timeout", "500ms")), local=False)}
 """
 
 TUNE_WORKER_TRANSACTION = f"""
 -- TUNE_WORKER_SESSION's plan settings for this transaction only: a statement explained
--- as a worker runs it (a generic plan, no JIT, no sorts nor sequential scans where an
--- index serves).
+-- as a worker runs it (a generic plan, no JIT, no sorts where an index gives the order).
 SELECT {_set_config(_WORKER_PLANS, local=True)}
 """
 
