@@ -250,3 +250,13 @@ class TestClaimSaysWhenNextDue:
         )
         asked = Job.objects.next_due_in("default")
         assert asked is not None and asked > 30  # the claims' lease, not the slot
+
+
+def test_s12_a_claim_acked_twice_in_one_batch_is_done_once_with_its_result_kept() -> None:
+    Job.objects.enqueue("tests.noop", result_retention=60)
+    (handle,) = Job.objects.claim_batch("default", 1, "twice")
+
+    assert Job.objects.ack_batch([handle, handle], [{"n": 1}, {"n": 1}]) == 1
+
+    record = Job.objects.get_job(handle.id)
+    assert record is not None and record.state == "done" and record.result == {"n": 1}

@@ -268,10 +268,11 @@ deleted AS (
 ),
 kept AS (
     UPDATE pgjobs_job AS j
-    SET state = 'done', result = (SELECT k.result FROM target AS k WHERE k.id = j.id),
+    -- LIMIT 1: a claim given twice is in `target` twice, with the same values.
+    SET state = 'done', result = (SELECT k.result FROM target AS k WHERE k.id = j.id LIMIT 1),
         finished_at = now(),
         purge_at = now() + make_interval(
-            secs => (SELECT k.result_ttl_s FROM target AS k WHERE k.id = j.id))
+            secs => (SELECT k.result_ttl_s FROM target AS k WHERE k.id = j.id LIMIT 1))
     WHERE {in_target("NOT k.has_rerun AND k.result_ttl_s IS NOT NULL")}
     RETURNING j.id
 ),
