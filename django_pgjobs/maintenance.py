@@ -190,6 +190,8 @@ class Sweeper:
 #: the package's own log handler, reads from these which its claims do.
 FLOORS_ON = "claims read from their queues' floors"
 FLOORS_OFF = "claims read each queue from its start"
+#: The dead rows below which the table care neither VACUUMs nor engages the floors.
+MIN_DEAD_ROWS = 1000
 
 
 class TableCare:
@@ -208,7 +210,7 @@ class TableCare:
     delay that: the claims walk the dead entries however many live rows wait behind them.
     """
 
-    def __init__(self, *, using: str | None = None, min_dead: int = 1000) -> None:
+    def __init__(self, *, using: str | None = None, min_dead: int = MIN_DEAD_ROWS) -> None:
         self.using = using or pgjobs_settings.DATABASE
         self.min_dead = min_dead
         #: The horizon the last VACUUM of this process ran under (None: none ran yet).

@@ -26,14 +26,11 @@ from django_pgjobs.chaos.models import ChaosExecution
 from django_pgjobs.chaos.processes import Worker, Workers
 from django_pgjobs.chaos.state import RunState
 from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.maintenance import MIN_DEAD_ROWS
 from django_pgjobs.managers.claiming import ClaimFloors
 from django_pgjobs.models import Job
 from django_pgjobs.models import Worker as WorkerRow
 from django_pgjobs.records import ClaimCost
-
-#: The dead rows below which a worker's table care leaves the floors off (TableCare's
-#: min_dead): a pin that left fewer is not judged.
-MIN_DEAD_ROWS = 1000
 
 
 def settle_s() -> float:
