@@ -21,7 +21,7 @@ from django.db import DatabaseError, connections, transaction
 
 from django_pgjobs.chaos.config import ChaosAborted
 from django_pgjobs.chaos.facts import Fault, PinSample
-from django_pgjobs.chaos.load import Load
+from django_pgjobs.chaos.load import LOCK_WAIT_S, Load
 from django_pgjobs.chaos.models import ChaosExecution
 from django_pgjobs.chaos.processes import Worker, Workers
 from django_pgjobs.chaos.state import RunState
@@ -38,6 +38,13 @@ def settle_s() -> float:
     table care, VACUUM_INTERVAL apart, a heartbeat to say so, and a margin. A worker up
     for less does not decide whether a pin's claim is sampled from the floors."""
     return 2 * pgjobs_settings.VACUUM_INTERVAL + pgjobs_settings.WORKER_HEARTBEAT + 5.0
+
+
+#: A pin's end samples the claim this many times, this far apart (`_pin_end_buffers`): over
+#: more than LOCK_WAIT_S, the longest a writer of the run's load waits with its transaction
+#: open.
+PIN_END_SAMPLES = 5
+PIN_END_GAP_S = LOCK_WAIT_S / (PIN_END_SAMPLES - 2)
 
 
 class HorizonPin(threading.Thread):
@@ -276,7 +283,7 @@ class Faults:
         self.pin = None
         try:
             floors, settled = self._workers_read_floors()
-            after = self._claim_buffers(floors=floors)
+            after = self._pin_end_buffers(floors=floors)
             dead, _, _ = state.database(
                 lambda: Job.objects.table_upkeep(using=state.alias), "reading the job table"
             )
@@ -301,6 +308,18 @@ class Faults:
         if self.pin is not None:
             self.pin.thread.release()
             self.pin = None
+
+    def _pin_end_buffers(self, *, floors: bool) -> int:
+        """The cheapest of PIN_END_SAMPLES claims, PIN_END_GAP_S apart: an open writer of
+        jobs holds every floor back to its transaction's start while it lasts (a keyed
+        trigger waits up to LOCK_WAIT_S for its key's row lock), and a claim sampled then
+        walks the dead entries since. The held horizon's cost lasts; a writer's passes."""
+        samples = []
+        for sample in range(PIN_END_SAMPLES):
+            if sample:
+                time.sleep(PIN_END_GAP_S)
+            samples.append(self._claim_buffers(floors=floors))
+        return min(samples)
 
     def _claim_buffers(self, *, floors: bool) -> int:
         """The buffers a claim of the run's queue reads now, as a worker sends it: from

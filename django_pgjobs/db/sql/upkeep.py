@@ -52,7 +52,11 @@ WITH writers AS (
     SELECT min(a.xact_start) AS since
     FROM pg_locks AS l
     JOIN pg_stat_activity AS a ON a.pid = l.pid
+    -- A relation's oid is unique in its database only: another database's table may
+    -- share this one's.
     WHERE l.locktype = 'relation' AND l.relation = 'pgjobs_job'::regclass
+      AND l.database = (SELECT d.oid FROM pg_database AS d
+                        WHERE d.datname = current_database())
       AND l.mode = 'RowExclusiveLock' AND l.pid <> pg_backend_pid()
 ),
 floors AS (
