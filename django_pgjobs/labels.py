@@ -11,9 +11,7 @@ from django_pgjobs.records import Count
 
 def count(value: Count | int) -> str:
     """ "1,000", or "≈ 12,000" for the planner's estimate."""
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"≈ {value.value:,}" if value.estimated else f"{value.value:,}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def age(seconds: float | None) -> str:

@@ -203,10 +203,24 @@ class Heartbeats(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Count:
-    """A number of rows: exact, or the planner's estimate past COUNT_CAP."""
+    """A number of rows: exact, or the planner's estimate past COUNT_CAP. It reads as its
+    number in a template or an f-string ("1,000", "≈ 12,000" for an estimate); int() takes
+    its value, and it is true when that is not 0."""
 
     value: int
     estimated: bool = False
+
+    def __str__(self) -> str:
+        return f"≈ {self.value:,}" if self.estimated else f"{self.value:,}"
+
+    def __int__(self) -> int:
+        return self.value
+
+    def __index__(self) -> int:
+        return self.value
+
+    def __bool__(self) -> bool:
+        return self.value > 0
 
 
 @dataclass(frozen=True, slots=True)

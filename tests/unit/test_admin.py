@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.template import Context as TemplateContext
+from django.template import Template
 from django.test import Client, override_settings
 from django.urls import reverse
 
@@ -254,6 +256,26 @@ def test_counts_past_the_cap_are_estimates_and_say_so(
     assert bulk.running.value == 0 and not bulk.running.estimated
     assert "≈" in response.content.decode()
     assert Job.objects.capped_count(Job.objects.all()) >= 5
+
+
+def test_an_overview_reads_as_numbers_in_a_template(
+    jobs: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29: `{{ q.runnable }}` printed "Count(value=0, estimated=False)" (the example
+    project's home page did)."""
+    Job.objects.enqueue_many([{"kind": "demo.bulk", "queue": "bulk"}] * 300)
+    template = Template(
+        "{% for q in overview %}{{ q.queue }}={{ q.runnable }}/{{ q.running }}"
+        "{% if q.dead %}!{% endif %};{% endfor %}"
+    )
+    rendered = template.render(TemplateContext({"overview": Job.objects.overview()}))
+    assert "Count(" not in rendered
+    assert "bulk=300/0;" in rendered
+    execute("ANALYZE pgjobs_job")
+    monkeypatch.setattr(job_reads, "COUNT_CAP", 5)
+    (bulk,) = [q for q in Job.objects.overview() if q.queue == "bulk"]
+    assert str(bulk.runnable).startswith("≈ ") and int(bulk.runnable) == bulk.runnable.value
+    assert f"{bulk.running}" == "0" and not bulk.running and bulk.runnable
 
 
 QUEUES = reverse("admin:django_pgjobs_queuecontrol_changelist")
