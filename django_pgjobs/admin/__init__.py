@@ -10,6 +10,6 @@ permission, and every action says what it did.
 
 from __future__ import annotations
 
-from django_pgjobs.admin import batches, dashboard, jobs, queues, workers
+from django_pgjobs.admin import batches, dashboard, jobs, letters, queues, workers
 
-__all__ = ["batches", "dashboard", "jobs", "queues", "workers"]
+__all__ = ["batches", "dashboard", "jobs", "letters", "queues", "workers"]

@@ -7,17 +7,20 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
+from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from django_pgjobs.admin.common import (
+    ExactTimes,
     OfferedFiltersOnly,
-    humane_time,
     refuse_action,
     refuse_bad_params,
     refuse_unoffered_filters,
+    relative_time,
 )
 from django_pgjobs.managers.batches import read_batch
 from django_pgjobs.models import Batch
@@ -34,7 +37,7 @@ CALLBACK_STATES = {
 
 
 @admin.register(Batch)
-class BatchAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg]
+class BatchAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     """Every batch, newest first: its state, progress and callbacks. Read only."""
 
     list_display = ("id", "state", "progress", "callbacks", "created", "ended")
@@ -44,6 +47,12 @@ class BatchAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # batch() writes batches
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Batch]:
+        created = ExpressionWrapper(F("created_at") - Now(), output_field=DurationField())
+        ended = ExpressionWrapper(F("ended_at") - Now(), output_field=DurationField())
+        queryset: QuerySet[Batch] = super().get_queryset(request)
+        return queryset.annotate(created_in=created, ended_in=ended)
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -107,9 +116,9 @@ class BatchAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg
         return format_html_join(mark_safe("<br>"), "{}", ((row,) for row in rows))
 
     @admin.display(description="created", ordering="created_at")
-    def created(self, obj: Batch) -> str:
-        return humane_time(obj.created_at)
+    def created(self, obj: Batch) -> SafeString:
+        return relative_time(obj.created_at, getattr(obj, "created_in", None))
 
     @admin.display(description="ended", ordering="ended_at")
-    def ended(self, obj: Batch) -> str:
-        return humane_time(obj.ended_at) if obj.ended_at else "-"
+    def ended(self, obj: Batch) -> SafeString:
+        return relative_time(obj.ended_at, getattr(obj, "ended_in", None))

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
+from django.contrib.admin import display, helpers
 from django.contrib.admin.filters import FieldListFilter, ListFilter
 from django.contrib.admin.utils import get_fields_from_path
 from django.contrib.admin.views.main import ERROR_FLAG, IGNORED_PARAMS, PAGE_VAR, ChangeList
 from django.core.paginator import Paginator
-from django.db.models import Max, QuerySet
+from django.db.models import DateTimeField, Max, Model, QuerySet
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -28,6 +29,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from django_pgjobs import labels
 from django_pgjobs.admin.rows import results_table
 from django_pgjobs.models import Job
 from django_pgjobs.records import COUNT_CAP
@@ -37,15 +39,66 @@ def pretty_json(value: Any) -> SafeString:
     return format_html("<pre>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False))
 
 
-def humane_time(value: Any) -> str:
-    """A stored time (a datetime or the ISO text of an error entry) as the admin writes
-    every other time: localized, to the second."""
+#: How the console writes an exact time: to the second, with its time zone. (The
+#: project's DATETIME_FORMAT, Django's default for its pages, reads "Dec. 1, 2026, 10 p.m.":
+#: two attempts 5 s apart read the same.)
+EXACT_FORMAT = "Y-m-d H:i:s T"
+
+
+def exact_time(value: Any) -> str:
+    """A stored time (a datetime or the ISO text of an error entry) as the console writes
+    every exact time: in the current time zone, to the second, "2026-12-01 22:00:05 UTC"."""
     moment = parse_datetime(value) if isinstance(value, str) else value
-    if moment is None:
+    if not isinstance(moment, datetime):
         return str(value or "-")
     if timezone.is_aware(moment):
         moment = timezone.localtime(moment)
-    return formats.date_format(moment, "DATETIME_FORMAT")
+    return formats.date_format(moment, EXACT_FORMAT)
+
+
+def relative_time(moment: datetime | None, delta: timedelta | None) -> SafeString:
+    """A time in a list: how far it is from now ("3 min ago", "in 5 s"; `delta` is
+    `moment` less now, on the database's clock), with the exact time on hover."""
+    if moment is None:
+        return mark_safe("-")
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        moment.isoformat(),
+        exact_time(moment),
+        labels.ago(delta) if delta is not None else exact_time(moment),
+    )
+
+
+class ExactTimes:
+    """For a ModelAdmin whose object page is read-only: every date-time field on it reads
+    exactly (`exact_time`), each shown through a `<name>_exact` of its own."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        model: type[Model] = self.model  # type: ignore[attr-defined]
+        fields = [field for field in model._meta.fields if isinstance(field, DateTimeField)]
+        self._exact = {field.name: f"{field.name}_exact" for field in fields}
+        for field in fields:
+            setattr(self, self._exact[field.name], _exact_field(field.name, field.verbose_name))
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)  # type: ignore[misc]
+        return [
+            (name, {**options, "fields": [self._exact.get(f, f) for f in options["fields"]]})
+            for name, options in fieldsets
+        ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        readonly = super().get_readonly_fields(request, obj)  # type: ignore[misc]
+        return [*readonly, *self._exact.values()]
+
+
+def _exact_field(name: str, label: Any) -> Any:
+    @display(description=label)
+    def shown(obj: Any) -> str:
+        return exact_time(getattr(obj, name))
+
+    return shown
 
 
 def error_history(errors: list[dict[str, Any]] | None) -> SafeString:
@@ -60,7 +113,7 @@ def error_history(errors: list[dict[str, Any]] | None) -> SafeString:
         (
             (
                 entry.get("attempt"),
-                humane_time(entry.get("at")),
+                exact_time(entry.get("at")),
                 entry.get("worker_id") or "",
                 entry.get("error"),
                 entry.get("traceback") or "(none recorded)",
@@ -88,20 +141,10 @@ def progress_bar(progress: dict[str, Any] | None, *, wide: bool = False) -> Safe
     total), its message, and (wide) when it came."""
     if not isinstance(progress, dict):
         return mark_safe("")
-    data = progress.get("data")
-    counts: dict[str, Any] = data if isinstance(data, dict) else progress
-    done, total = _number(counts.get("done")), _number(counts.get("total"))
-    fraction = _number(progress.get("fraction"))
-    if fraction is None and done is not None and total:
-        fraction = min(max(done / total, 0.0), 1.0)
-    parts = []
-    if done is not None and total is not None:
-        parts.append(f"{done:,g} of {total:,g}")
-    if progress.get("message"):
-        parts.append(str(progress["message"]))
+    fraction, text = _progress_parts(progress)
     if wide and progress.get("at"):
-        parts.append(f"reported {humane_time(progress['at'])}")
-    text = " · ".join(parts) or "working"
+        text = " · ".join(part for part in (text, f"reported {exact_time(progress['at'])}") if part)
+    text = text or "working"
     if fraction is None:
         return format_html('<span class="pgjobs-progress-text">{}</span>', text)
     percent = round(fraction * 100)
@@ -114,6 +157,32 @@ def progress_bar(progress: dict[str, Any] | None, *, wide: bool = False) -> Safe
         percent,
         format_html(" · {}", text) if wide else "",
     )
+
+
+def progress_words(progress: dict[str, Any] | None) -> str:
+    """A progress report in words ("60 % · 6 of 10 · resizing"), or "" for none."""
+    if not isinstance(progress, dict):
+        return ""
+    fraction, text = _progress_parts(progress)
+    percent = f"{round(fraction * 100)} %" if fraction is not None else ""
+    return " · ".join(part for part in (percent, text) if part)
+
+
+def _progress_parts(progress: dict[str, Any]) -> tuple[float | None, str]:
+    """A progress report's fraction (its own, or data's done of total) and its words (done
+    of total, message)."""
+    data = progress.get("data")
+    counts: dict[str, Any] = data if isinstance(data, dict) else progress
+    done, total = _number(counts.get("done")), _number(counts.get("total"))
+    fraction = _number(progress.get("fraction"))
+    if fraction is None and done is not None and total:
+        fraction = min(max(done / total, 0.0), 1.0)
+    parts = []
+    if done is not None and total is not None:
+        parts.append(f"{done:,g} of {total:,g}")
+    if progress.get("message"):
+        parts.append(str(progress["message"]))
+    return fraction, " · ".join(parts)
 
 
 def _number(value: Any) -> float | None:
@@ -354,3 +423,9 @@ def _walk(ordered: QuerySet[Any], upto: int) -> Iterator[list[int]]:
             return
         yield batch
         last = batch[-1]
+
+
+def shortened(text: str, length: int) -> str:
+    """`text`, cut to `length` characters with an ellipsis (a list shows 50 rows: plain
+    slicing, not Truncator's per-call regular expressions)."""
+    return text if len(text) <= length else text[: length - 1] + "…"

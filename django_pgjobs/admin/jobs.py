@@ -1,5 +1,5 @@
-"""Jobs and dead letters: search along the indexes, filters, actions, and object pages
-led by what went wrong, with their buttons."""
+"""Jobs: search along the indexes, filters, actions, and object pages led by what went
+wrong, with their buttons; what they share with the dead letters (`letters`)."""
 
 from __future__ import annotations
 
@@ -28,10 +28,11 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 
 from django_pgjobs import labels
+from django_pgjobs.admin import audit
 from django_pgjobs.admin.common import (
-    ACTION_BATCH,
     JOB_ID_MAX,
     CappedCountPaginator,
+    ExactTimes,
     JobChangeList,
     OfferedFiltersOnly,
     all_matching,
@@ -39,33 +40,35 @@ from django_pgjobs.admin.common import (
     confirmation,
     confirmed,
     error_history,
-    humane_time,
+    exact_time,
     job_id_of,
     jobs_word,
     latest_traceback,
     pretty_json,
     progress_bar,
+    progress_words,
     refuse_action,
     refuse_bad_params,
     refuse_unoffered_filters,
+    relative_time,
+    shortened,
 )
 from django_pgjobs.admin.filters import (
-    DeadQueueFilter,
     KindFilter,
     QueueFilter,
     ReadinessFilter,
-    ReasonFilter,
 )
 from django_pgjobs.admin.glance import glance, throughput_chart
 from django_pgjobs.admin.workflow import ChildrenOfFilter, ParentsOfFilter, WorkflowSection
 from django_pgjobs.models import DeadJob, Job
+from django_pgjobs.models import Worker as WorkerRow
 from django_pgjobs.states import JobState
 
 #: The longest search term worth sending: no kind, key or id is longer.
 SEARCH_MAX_CHARS = 300
 
 
-class ReadOnlyJobAdmin(OfferedFiltersOnly, WorkflowSection, admin.ModelAdmin):  # type: ignore[type-arg]
+class ReadOnlyJobAdmin(ExactTimes, OfferedFiltersOnly, WorkflowSection, admin.ModelAdmin):  # type: ignore[type-arg]
     """What both tables share: read-only detail pages led by what went wrong, action
     buttons on them, capped counts, a search along the indexes."""
 
@@ -107,7 +110,29 @@ class ReadOnlyJobAdmin(OfferedFiltersOnly, WorkflowSection, admin.ModelAdmin):  
         return super().has_change_permission(request)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [field.name for field in self.model._meta.fields] + list(self.extra_readonly)
+        return [
+            *super().get_readonly_fields(request, obj),
+            *(field.name for field in self.model._meta.fields),
+            *self.extra_readonly,
+        ]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        """The page's fieldsets without the rows that would read "-" on a job that never
+        failed or reported progress."""
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None:
+            return fieldsets
+        empty = set()
+        if not obj.last_error:
+            empty.add("last_error")
+        if not obj.errors:
+            empty |= {"traceback", "error_table"}
+        if not obj.progress:
+            empty.add("progress_wide")
+        return [
+            (name, {**options, "fields": [f for f in options["fields"] if f not in empty]})
+            for name, options in fieldsets
+        ]
 
     extra_readonly: tuple[str, ...] = (
         "workflow",
@@ -118,6 +143,7 @@ class ReadOnlyJobAdmin(OfferedFiltersOnly, WorkflowSection, admin.ModelAdmin):  
         "lease",
         "timeout",
         "state_line",
+        "progress_wide",
     )
     claim_fields = ("claimed_by", "claimed_at", "claimed_until", "started_at", "worker_id")
     trigger_fields = ("rerun_after", "rerun_payload", "rerun_expires_at")
@@ -259,6 +285,21 @@ class ReadOnlyJobAdmin(OfferedFiltersOnly, WorkflowSection, admin.ModelAdmin):  
     def state_line(self, obj: Any) -> SafeString:
         return format_html("<strong>{}</strong>", self.state_of(obj))
 
+    @admin.display(description="progress")
+    def progress_wide(self, obj: Any) -> SafeString:
+        """A running job's last report; a job that no longer runs (handed back, retried,
+        dead) keeps the report of its last run, which says so."""
+        bar = progress_bar(obj.progress, wide=True)
+        if not bar:
+            return mark_safe("-")
+        if getattr(obj, "state", None) == JobState.RUNNING:
+            return bar
+        return format_html(
+            '<span class="pgjobs-progress-past">as its last run (attempt {}) left it:</span> {}',
+            obj.attempts,
+            bar,
+        )
+
     def state_of(self, obj: Any) -> str:
         raise NotImplementedError
 
@@ -283,7 +324,7 @@ class JobAdmin(ReadOnlyJobAdmin):
         ParentsOfFilter,
         ChildrenOfFilter,
     )
-    extra_readonly = (*ReadOnlyJobAdmin.extra_readonly, "pretty_result", "progress_wide")
+    extra_readonly = (*ReadOnlyJobAdmin.extra_readonly, "pretty_result")
     actions = ("run_now", "cancel")
     buttons = (
         ("run_now", "Run now", "A pending job becomes runnable at once."),
@@ -338,8 +379,9 @@ class JobAdmin(ReadOnlyJobAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         delta = ExpressionWrapper(F("run_after") - Now(), output_field=DurationField())
+        lease = ExpressionWrapper(F("claimed_until") - Now(), output_field=DurationField())
         queryset: QuerySet[Job] = super().get_queryset(request)
-        return queryset.annotate(runs_in=delta)
+        return queryset.annotate(runs_in=delta, lease_left=lease)
 
     def state_of(self, obj: Job) -> str:
         if obj.state == JobState.PENDING:
@@ -348,7 +390,7 @@ class JobAdmin(ReadOnlyJobAdmin):
                 return f"pending, scheduled: runs {labels.ago(runs_in)}"
             return "pending, runnable now" + (" (retrying)" if obj.errors else "")
         if obj.state == JobState.RUNNING:
-            return f"running on {obj.worker_id}"
+            return running_on(obj)
         return str(obj.state)
 
     def button_applies(self, name: str, obj: Job) -> bool:
@@ -361,11 +403,14 @@ class JobAdmin(ReadOnlyJobAdmin):
             moved = Job.objects.run_now([obj.pk])
             text = f"{obj} set to run now." if moved else f"{obj} is not pending: nothing to do."
             self.message_user(request, text, messages.SUCCESS if moved else messages.WARNING)
+            if moved:
+                audit.log_one(request, Job, obj.pk, str(obj), "Set to run now.")
             return HttpResponseRedirect(reverse("admin:django_pgjobs_job_change", args=[obj.pk]))
-        cancelled = Job.objects.cancel_many([obj.pk])
+        cancelled = Job.objects.cancel_many([obj.pk], reason=cancel_reason(request))
         if not cancelled:
             self.message_user(request, f"{obj} had finished: nothing to cancel.", messages.WARNING)
             return HttpResponseRedirect(reverse("admin:django_pgjobs_job_changelist"))
+        audit.log_one(request, DeadJob, obj.pk, str(obj), f"Cancelled: {how_far(obj)}.")
         self.message_user(request, f"{obj} cancelled (now a dead letter).", messages.SUCCESS)
         if DeadJob.objects.filter(pk=obj.pk).exists():
             return HttpResponseRedirect(
@@ -375,7 +420,7 @@ class JobAdmin(ReadOnlyJobAdmin):
 
     @admin.display(description="key", ordering="key")
     def key_short(self, obj: Job) -> str:
-        return _shortened(obj.key or "", 24)
+        return shortened(obj.key or "", 24)
 
     @admin.display(description="state", ordering="state")
     def state_and_progress(self, obj: Job) -> SafeString:
@@ -383,17 +428,13 @@ class JobAdmin(ReadOnlyJobAdmin):
             return format_html("running {}", progress_bar(obj.progress))
         return format_html("{}", obj.state)
 
-    @admin.display(description="progress")
-    def progress_wide(self, obj: Job) -> SafeString:
-        return progress_bar(obj.progress, wide=True) or mark_safe("-")
-
     @admin.display(description="worker", ordering="worker_id")
     def worker_short(self, obj: Job) -> str:
-        return _shortened(obj.worker_id or "", 28)
+        return shortened(obj.worker_id or "", 28)
 
     @admin.display(description="run after", ordering="run_after")
-    def runs(self, obj: Job) -> str:
-        return labels.ago(getattr(obj, "runs_in", None))
+    def runs(self, obj: Job) -> SafeString:
+        return relative_time(obj.run_after, getattr(obj, "runs_in", None))
 
     @admin.display(description="result")
     def pretty_result(self, obj: Job) -> SafeString:
@@ -415,7 +456,9 @@ class JobAdmin(ReadOnlyJobAdmin):
         batches = chosen_batches(self, request, queryset)
         if batches is None:
             return None
-        moved = sum(Job.objects.run_now(batch) for batch in batches)
+        acted = audit.Acted(batches)
+        moved = sum(Job.objects.run_now(batch) for batch in acted)
+        audit.log_bulk(request, Job, "Set {count} to run now", acted.ids, moved, JOB_NOUN)
         self.message_user(
             request, f"{moved:,} {jobs_word(moved)} set to run now.", messages.SUCCESS
         )
@@ -440,9 +483,11 @@ class JobAdmin(ReadOnlyJobAdmin):
         if batches is None:
             return None
         cancelled = chosen = 0
-        for batch in batches:
+        acted = audit.Acted(batches)
+        for batch in acted:
             chosen += len(batch)
-            cancelled += Job.objects.cancel_many(batch)
+            cancelled += Job.objects.cancel_many(batch, reason=cancel_reason(request))
+        audit.log_bulk(request, Job, "Cancelled {count}", acted.ids, cancelled, JOB_NOUN)
         skipped = chosen - cancelled
         message = f"{cancelled:,} {jobs_word(cancelled)} cancelled"
         if skipped:
@@ -451,149 +496,46 @@ class JobAdmin(ReadOnlyJobAdmin):
         return None
 
 
-@admin.register(DeadJob)
-class DeadJobAdmin(ReadOnlyJobAdmin):
-    list_display = (
-        "id",
-        "kind",
-        "queue",
-        "reason_short",
-        "attempts",
-        "died_at",
-        "last_error_line",
-    )
-    list_filter = (ReasonFilter, DeadQueueFilter, KindFilter, ParentsOfFilter, ChildrenOfFilter)
-    actions = ("requeue", "delete_selected")
-    buttons = (
-        ("requeue", "Requeue", "Back to pending with fresh attempts."),
-        ("delete", "Delete", "Forget this dead letter."),
-    )
-    fieldsets = (
-        (
-            None,
-            {"fields": ("state_line", "attempts_of", "last_error", "traceback", "error_table")},
-        ),
-        ("Payload", {"fields": ("pretty_payload",)}),
-        (
-            "Details",
-            {
-                "classes": ("collapse",),
-                "fields": (
-                    "id",
-                    "kind",
-                    "queue",
-                    "key",
-                    "priority",
-                    "run_after",
-                    "lease",
-                    "timeout",
-                    "expires_at",
-                    "created_at",
-                    *ReadOnlyJobAdmin.claim_fields,
-                    "limit_key",
-                ),
-            },
-        ),
-    )
-    ordering = ("-died_at", "-id")  # type: ignore[assignment]
+#: How a log entry counts jobs (one, many).
+JOB_NOUN = ("job", "jobs")
 
-    def state_of(self, obj: DeadJob) -> str:
-        return f"dead ({obj.reason}) since {humane_time(obj.died_at)}"
 
-    @admin.display(description="state")
-    def state_line(self, obj: DeadJob) -> SafeString:
-        category = obj.filed_category
-        if category is None:
-            return super().state_line(obj)
-        return format_html(
-            '<strong>{}</strong> <span class="pgjobs-category" title="category">{}</span>',
-            self.state_of(obj),
-            category.label,
+def cancel_reason(request: HttpRequest) -> str:
+    """A cancel's reason, which its dead letter keeps: who cancelled it, from here."""
+    return f"cancelled by {request.user.get_username()} in the console"
+
+
+def running_on(job: Job) -> str:
+    """A running job's state: its worker, and when that worker is gone (stopped, silent
+    past 3 heartbeats, or no longer registered), when the lease lapses and what then."""
+    worker = WorkerRow.objects.status_of(job.worker_id or "", using=job._state.db)
+    if worker is not None and worker.live:
+        return f"running on {job.worker_id}"
+    if worker is None:
+        gone = "a worker no longer registered"
+    elif worker.stopped_at is not None:
+        gone = f"a worker that stopped {exact_time(worker.stopped_at)}"
+    else:
+        gone = f"a worker not heard from since {exact_time(worker.last_seen_at)}"
+    left = getattr(job, "lease_left", None)
+    lapse = "its lease lapses" if left is None else f"its lease lapses {labels.ago(left)}"
+    if left is not None and left.total_seconds() <= 0:
+        lapse = f"its lease lapsed {labels.ago(left)}"
+    then = (
+        f"then it runs again (attempt {job.attempts + 1} of {job.max_attempts})"
+        if job.attempts < job.max_attempts
+        else "then it is dead-lettered (no attempt left)"
+    )
+    return f"running on {job.worker_id}, {gone}: {lapse}, {then}"
+
+
+def how_far(job: Job) -> str:
+    """How far a job had got when it was cancelled, as its page last read it."""
+    if job.state == JobState.RUNNING:
+        progress = progress_words(job.progress)
+        at = f", at {progress}" if progress else ""
+        return (
+            f"it was running on {job.worker_id} (attempt {job.attempts} of {job.max_attempts}{at})"
         )
-
-    def press(self, request: HttpRequest, name: str, obj: DeadJob) -> HttpResponse:
-        if name == "delete":
-            DeadJob.objects.delete_letters([obj.pk])
-            self.message_user(request, f"Dead letter {obj} deleted.", messages.SUCCESS)
-            return HttpResponseRedirect(reverse("admin:django_pgjobs_deadjob_changelist"))
-        result = DeadJob.objects.requeue([obj.pk])
-        text = f"{obj} requeued." if result.requeued else f"{obj} merged into a live job."
-        self.message_user(request, text, messages.SUCCESS)
-        return HttpResponseRedirect(reverse("admin:django_pgjobs_job_changelist") + f"?q={obj.pk}")
-
-    @admin.display(description="reason", ordering="reason")
-    def reason_short(self, obj: DeadJob) -> str:
-        return _shortened(obj.reason, 40)
-
-    @admin.display(description="last error")
-    def last_error_line(self, obj: DeadJob) -> str:
-        first = (obj.last_error or "").strip().splitlines()
-        return _shortened(first[0], 60) if first else ""
-
-    def delete_model(self, request: HttpRequest, obj: DeadJob) -> None:
-        DeadJob.objects.delete_letters([obj.pk])  # with its edges, as pruning
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[DeadJob]) -> None:
-        ids = list(queryset.order_by("id").values_list("id", flat=True))
-        for start in range(0, len(ids), ACTION_BATCH):
-            DeadJob.objects.delete_letters(ids[start : start + ACTION_BATCH])
-
-    @admin.action(description="Delete (forget these dead letters)", permissions=["delete"])
-    def delete_selected(
-        self, request: HttpRequest, queryset: QuerySet[DeadJob]
-    ) -> HttpResponse | None:
-        """Django's delete_selected, as the other actions go: asked, in batches, on the
-        letters counted, each with its edges (not a page listing every row, then a
-        delete of whatever matches by then)."""
-        if not confirmed(request):
-            return confirmation(
-                self,
-                request,
-                queryset,
-                action="delete_selected",
-                question="Delete {jobs}",
-                title="Delete dead letters?",
-                explanation="Each is forgotten for good, with its edges: it can no longer "
-                "be requeued.",
-                button="Yes, delete them",
-            )
-        batches = chosen_batches(self, request, queryset)
-        if batches is None:
-            return None
-        deleted = sum(DeadJob.objects.delete_letters(batch) for batch in batches)
-        word = "dead letter" if deleted == 1 else "dead letters"
-        self.message_user(request, f"{deleted:,} {word} deleted.", messages.SUCCESS)
-        return None
-
-    @admin.action(description="Requeue (back to pending, attempts reset)", permissions=["change"])
-    def requeue(self, request: HttpRequest, queryset: QuerySet[DeadJob]) -> HttpResponse | None:
-        if all_matching(request) and not confirmed(request):
-            return confirmation(
-                self,
-                request,
-                queryset,
-                action="requeue",
-                question="Requeue {jobs}",
-                title="Requeue dead letters?",
-                explanation="Each goes back to pending with fresh attempts; one whose key "
-                "has a live job is merged into it.",
-                button="Yes, requeue them",
-            )
-        batches = chosen_batches(self, request, queryset)
-        if batches is None:
-            return None
-        requeued = merged = 0
-        for batch in batches:
-            result = DeadJob.objects.requeue(batch)
-            requeued, merged = requeued + result.requeued, merged + result.merged
-        message = f"{requeued:,} {jobs_word(requeued)} requeued"
-        if merged:
-            message += f", {merged:,} merged into a live job"
-        self.message_user(request, message + ".", messages.SUCCESS)
-        return None
-
-
-def _shortened(text: str, length: int) -> str:
-    """`text`, cut to `length` characters with an ellipsis (a list shows 50 rows: plain
-    slicing, not Truncator's per-call regular expressions)."""
-    return text if len(text) <= length else text[: length - 1] + "…"
+    tried = f", {job.attempts} of {job.max_attempts} attempts spent" if job.attempts else ""
+    return f"it was pending{tried}"

@@ -22,14 +22,17 @@ from django.http import (
     HttpRequest,
     HttpResponse,
 )
+from django.utils.safestring import SafeString, mark_safe
 
 from django_pgjobs import labels, options
+from django_pgjobs.admin import audit
 from django_pgjobs.admin.common import (
     OfferedFiltersOnly,
     jobs_word,
     refuse_action,
     refuse_bad_params,
     refuse_unoffered_filters,
+    relative_time,
 )
 from django_pgjobs.admin.glance import glance, queue_statuses, throughput_chart
 from django_pgjobs.exceptions import InvalidJobOption
@@ -186,13 +189,21 @@ class QueueControlAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[t
     @admin.action(description="Pause (no worker claims their jobs)", permissions=["change"])
     def pause(self, request: HttpRequest, queryset: QuerySet[QueueControl]) -> None:
         paused = QueueControl.objects.pause(list(queryset.values_list("name", flat=True)))
+        for name in paused:
+            audit.log_one(request, QueueControl, name, name, "Paused.")
         self.message_user(request, f"Paused: {', '.join(paused)}.", messages.SUCCESS)
 
     @admin.action(description="Resume (and wake the workers)", permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[QueueControl]) -> None:
         resumed = QueueControl.objects.resume(list(queryset.values_list("name", flat=True)))
+        for name in resumed:
+            audit.log_one(request, QueueControl, name, name, "Resumed.")
         text = f"Resumed: {', '.join(resumed)}." if resumed else "None of them was paused."
         self.message_user(request, text, messages.SUCCESS)
+
+
+#: How a log entry counts schedules.
+SCHEDULE_NOUN = ("schedule", "schedules")
 
 
 @admin.register(Schedule)
@@ -253,12 +264,14 @@ class ScheduleAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-
         return f"{obj.cron} ({obj.timezone})"
 
     @admin.display(description="next run", ordering="next_run_at")
-    def next_run(self, obj: Schedule) -> str:
-        return labels.ago(getattr(obj, "next_in", None)) if obj.enabled else "disabled"
+    def next_run(self, obj: Schedule) -> SafeString:
+        if not obj.enabled:
+            return mark_safe("disabled")
+        return relative_time(obj.next_run_at, getattr(obj, "next_in", None))
 
     @admin.display(description="last run", ordering="last_run_at")
-    def last_run(self, obj: Schedule) -> str:
-        return labels.ago(getattr(obj, "last_in", None))
+    def last_run(self, obj: Schedule) -> SafeString:
+        return relative_time(obj.last_run_at, getattr(obj, "last_in", None))
 
     @admin.display(description="last job")
     def last_job(self, obj: Schedule) -> str:
@@ -271,17 +284,30 @@ class ScheduleAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-
 
     @admin.action(description="Enable (from the next tick on)", permissions=["change"])
     def enable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        count = Scheduler().enable(list(queryset.values_list("name", flat=True)))
+        names = list(queryset.values_list("name", flat=True))
+        count = Scheduler().enable(names)
+        audit.log_bulk(request, Schedule, "Enabled {count}", names, count, SCHEDULE_NOUN)
         self.message_user(request, f"{count} enabled.", messages.SUCCESS)
 
     @admin.action(description="Disable", permissions=["change"])
     def disable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        count = Schedule.objects.disable(list(queryset.values_list("name", flat=True)))
+        names = list(queryset.values_list("name", flat=True))
+        count = Schedule.objects.disable(names)
+        audit.log_bulk(request, Schedule, "Disabled {count}", names, count, SCHEDULE_NOUN)
         self.message_user(request, f"{count} disabled.", messages.SUCCESS)
 
     @admin.action(description="Run now (one job each; the next tick stays)", permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        job_ids = Schedule.objects.run_now(list(queryset.values_list("name", flat=True)))
+        names = list(queryset.values_list("name", flat=True))
+        job_ids = Schedule.objects.run_now(names)
+        audit.log_bulk(
+            request,
+            Schedule,
+            "Ran {count} now (jobs " + ", ".join(f"#{job_id}" for job_id in job_ids) + ")",
+            names,
+            len(names),
+            SCHEDULE_NOUN,
+        )
         self.message_user(
             request,
             f"{len(job_ids)} {jobs_word(len(job_ids))} enqueued: "

@@ -21,20 +21,20 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from django_pgjobs import labels
 from django_pgjobs.admin.common import (
+    ExactTimes,
     OfferedFiltersOnly,
-    humane_time,
     refuse_action,
     refuse_bad_params,
     refuse_unoffered_filters,
+    relative_time,
 )
 from django_pgjobs.managers.workers import unserved_queues
 from django_pgjobs.models import Job, QueueControl, Worker
 
 
 @admin.register(Worker)
-class WorkerAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg]
+class WorkerAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     """The workers as they last reported themselves: live, stopped, or gone (3 missed
     heartbeats by the database clock), and what each runs now. Read only."""
 
@@ -67,8 +67,9 @@ class WorkerAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-ar
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
         seen = ExpressionWrapper(Now() - F("last_seen_at"), output_field=DurationField())
+        started = ExpressionWrapper(F("started_at") - Now(), output_field=DurationField())
         queryset: QuerySet[Worker] = super().get_queryset(request)
-        return queryset.annotate(seen_ago=seen)
+        return queryset.annotate(seen_ago=seen, started_in=started)
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
@@ -94,8 +95,12 @@ class WorkerAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-ar
         return ", ".join(obj.queues or [])
 
     @admin.display(description="started", ordering="started_at")
-    def started(self, obj: Worker) -> str:
-        return f"{humane_time(obj.started_at)} (version {obj.version})"
+    def started(self, obj: Worker) -> SafeString:
+        return format_html(
+            "{} (version {})",
+            relative_time(obj.started_at, getattr(obj, "started_in", None)),
+            obj.version,
+        )
 
     @admin.display(description="running (of its slots)")
     def running_now(self, obj: Worker) -> SafeString:
@@ -118,9 +123,9 @@ class WorkerAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-ar
         return format_html("{} of {}: {}{}{}", obj.running, obj.concurrency, links, more, hung)
 
     @admin.display(description="last seen", ordering="-last_seen_at")
-    def seen(self, obj: Worker) -> str:
+    def seen(self, obj: Worker) -> SafeString:
         seen_ago = getattr(obj, "seen_ago", None)
-        return labels.ago(-seen_ago if seen_ago is not None else None)
+        return relative_time(obj.last_seen_at, -seen_ago if seen_ago is not None else None)
 
 
 class WorkerChangeList(ChangeList):

@@ -67,6 +67,15 @@ class WorkerManager(models.Manager["Worker"]):
             row["queues"] = db.json_value(row["queues"])
         return [WorkerStatus(**row) for row in rows]
 
+    def status_of(self, worker_id: str, *, using: str | None = None) -> WorkerStatus | None:
+        """The registered worker `worker_id`, live or not, or None (never registered, or
+        pruned a day after it was last seen)."""
+        rows = db.fetch_named(sql.WORKER_STATUS, {"id": worker_id}, using)
+        for row in rows:
+            row["queues"] = db.json_value(row["queues"])
+            return WorkerStatus(**row)
+        return None
+
     def prune(self, limit: int, *, using: str | None = None) -> int:
         """Delete up to `limit` workers not seen for a day."""
         return db.rowcount(sql.PRUNE_WORKERS, {"limit": limit}, using)

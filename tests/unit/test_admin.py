@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
 from django.template import Context as TemplateContext
 from django.template import Template
@@ -181,7 +182,13 @@ def test_cancel_asks_first_then_dead_letters_as_cancelled(admin_client: Client, 
     response = admin_client.post(JOBS, {**selected, "confirmed": "yes"}, follow=True)
     assert "2 jobs cancelled." in response.content.decode()
     assert row(jobs["runnable"], "id") is None
-    assert DeadJob.objects.get(pk=jobs["running"]).reason == "cancelled"
+    assert DeadJob.objects.get(pk=jobs["running"]).reason == "cancelled by admin in the console"
+    # One entry in the admin's log for the bulk action: who, how many, which.
+    (entry,) = LogEntry.objects.all()
+    low, high = sorted([jobs["runnable"], jobs["running"]])
+    assert entry.user.username == "admin" and entry.object_id is None
+    assert entry.object_repr == "2 jobs"
+    assert entry.change_message == f"Cancelled 2 jobs: #{low}, #{high}."
 
 
 def test_requeue_reports_requeued_and_merged(admin_client: Client, jobs: dict) -> None:

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 import pytest
+from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client
@@ -17,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_pgjobs.claims import Failure
-from django_pgjobs.models import DeadJob, Job
+from django_pgjobs.models import DeadJob, Job, Worker
 from django_pgjobs.states import DeadCategory
 from tests.helpers import count, execute, row, seconds_from_now
 
@@ -197,7 +198,14 @@ def test_the_buttons_of_a_job_page_do_what_they_say(
 
     response = admin_client.post(act("job", jobs["running"], "cancel"), follow=True)
     assert "cancelled (now a dead letter)." in response.content.decode()
-    assert DeadJob.objects.get(pk=jobs["running"]).reason == "cancelled"
+    letter = DeadJob.objects.get(pk=jobs["running"])
+    # Who cancelled it, and (below, in its history) how far it had got.
+    assert letter.reason == "cancelled by admin in the console"
+    assert letter.filed_category == DeadCategory.CANCELLED
+    assert (
+        "cancelled by admin in the console"
+        in admin_client.get(dead_page(letter.pk)).content.decode()
+    )
 
     response = admin_client.post(act("deadjob", jobs["custom"], "requeue"), follow=True)
     assert "requeued." in response.content.decode()
@@ -206,6 +214,35 @@ def test_the_buttons_of_a_job_page_do_what_they_say(
     response = admin_client.post(act("deadjob", jobs["failed"], "delete"), follow=True)
     assert "deleted." in response.content.decode()
     assert not DeadJob.objects.filter(pk=jobs["failed"]).exists()
+
+    # Issue 29: every button left an entry in the admin's log, by whom, on what.
+    logged = [
+        (entry.content_type.model, entry.object_id, entry.action_flag, entry.change_message)
+        for entry in LogEntry.objects.order_by("id")
+    ]
+    assert logged == [
+        ("job", str(jobs["keyed"]), CHANGE, "Set to run now."),
+        (
+            "deadjob",
+            str(jobs["running"]),
+            CHANGE,
+            "Cancelled: it was running on host:1:abc (attempt 1 of 10, at 40 % · frame 40).",
+        ),
+        (
+            "job",
+            str(jobs["custom"]),
+            CHANGE,
+            "Requeued, from the dead letters (the remote said no).",
+        ),
+        ("deadjob", str(jobs["failed"]), DELETION, "Deleted."),
+    ]
+    assert {entry.user.username for entry in LogEntry.objects.all()} == {"admin"}
+    history = admin_client.get(
+        reverse("admin:django_pgjobs_deadjob_history", args=[jobs["running"]])
+    ).content.decode()
+    assert "it was running on host:1:abc" in history
+    assert "Recent actions" in (home := admin_client.get(reverse("admin:index")).content.decode())
+    assert "None available" not in home
 
 
 def test_a_button_answers_a_get_with_the_page_and_changes_nothing(
@@ -325,6 +362,11 @@ def test_requeue_all_matching_the_filter_asks_with_the_count_then_goes_in_batche
     done = admin_client.post(url, answer, follow=True)
     assert "7 jobs requeued." in done.content.decode()
     assert count("pgjobs_dead") == 4 and count("pgjobs_dead", "category = 'failed'") == 0
+    (entry,) = LogEntry.objects.all()  # one for the whole action, with its filter
+    assert entry.object_repr == "7 dead letters" and entry.content_type.model == "deadjob"
+    assert entry.change_message == (
+        "Requeued 7 dead letters, every one matching the list's filter: reason=failed."
+    )
 
 
 def test_cancel_all_matching_the_filter_states_the_count(
@@ -613,3 +655,74 @@ def test_the_edge_filters_take_only_job_ids(admin_client: Client, value: str) ->
         for url in (JOBS, DEAD):
             listed = shown(admin_client, url, **{name: value})
             assert listed == set() or (not value and url == JOBS), (name, value)
+
+
+def test_object_pages_give_exact_times_and_lists_relative_ones_with_the_exact_on_hover(
+    admin_client: Client, jobs: dict[str, int]
+) -> None:
+    """Issue 29: object pages read "Dec. 1, 2026, 10 p.m." (no minutes, never seconds)."""
+    exact = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [A-Z][A-Za-z0-9+-]*"
+    page = admin_client.get(job_page(jobs["report"])).content.decode()
+    created = re.search(r"Created at:</label>\s*<div class=\"readonly\">([^<]*)</div>", page)
+    assert created and re.fullmatch(exact, created.group(1)), page
+    assert "a.m." not in page and "p.m." not in page
+    letter = admin_client.get(dead_page(jobs["failed"])).content.decode()
+    assert re.search(rf"Died at:</label>\s*<div class=\"readonly\">{exact}</div>", letter)
+
+    listed = admin_client.get(DEAD).content.decode()
+    times = re.findall(r'<time datetime="([^"]+)" title="([^"]+)">([^<]+)</time>', listed)
+    assert len(times) >= 6  # each letter's death, as an age, the exact time on hover
+    for iso, title, shown in times:
+        assert re.fullmatch(exact, title) and re.fullmatch(r"\d+ s ago", shown), (iso, title)
+
+
+def test_a_job_held_by_a_gone_worker_says_when_its_lease_lapses_and_what_then(
+    admin_client: Client, jobs: dict[str, int]
+) -> None:
+    """Issue 29: it said "running on host:1:abc" whether that worker lived or not."""
+    page = admin_client.get(job_page(jobs["running"])).content.decode()
+    said = re.search(r"<strong>(running on [^<]*)</strong>", page)
+    assert said, page
+    assert re.fullmatch(
+        r"running on host:1:abc, a worker no longer registered: its lease lapses in \d+ s, "
+        r"then it runs again \(attempt 2 of 10\)",
+        said.group(1),
+    )
+    registered = {
+        "host": "host",
+        "pid": 1,
+        "queues": ["media"],
+        "concurrency": 1,
+        "version": "t",
+        "heartbeat_s": 5.0,
+        "running": 1,
+        "succeeded": 0,
+        "failed": 0,
+    }
+    Worker.objects.heartbeat("host:1:abc", **registered)
+    page = admin_client.get(job_page(jobs["running"])).content.decode()
+    assert "<strong>running on host:1:abc</strong>" in page
+    Worker.objects.stopped("host:1:abc", succeeded=0, failed=0)
+    page = admin_client.get(job_page(jobs["running"])).content.decode()
+    assert "running on host:1:abc, a worker that stopped 20" in page
+    execute("UPDATE pgjobs_job SET claimed_until = now() - interval '5 s', attempts = 10")
+    page = admin_client.get(job_page(jobs["running"])).content.decode()
+    assert re.search(r"its lease lapsed \d+ s ago, then it is dead-lettered", page)
+
+
+def test_a_job_page_leaves_out_what_it_does_not_have_and_labels_a_past_runs_progress(
+    admin_client: Client, jobs: dict[str, int]
+) -> None:
+    """Issue 29: a healthy job's page led with "Last error: -", "Traceback: -", ...; a
+    job handed back kept its old progress bar as if it ran."""
+    healthy = admin_client.get(job_page(jobs["report"])).content.decode()
+    for label in ("Last error:", "Traceback:", "Failed attempts:", "Progress:"):
+        assert label not in healthy
+    running = admin_client.get(job_page(jobs["running"])).content.decode()
+    assert "Progress:" in running and "as its last run" not in running
+    execute("UPDATE pgjobs_job SET state = 'pending', claimed_by = NULL WHERE id = %s",
+            [jobs["running"]])  # fmt: skip
+    handed_back = admin_client.get(job_page(jobs["running"])).content.decode()
+    assert "as its last run (attempt 1) left it:" in handed_back
+    failed = admin_client.get(dead_page(jobs["failed"])).content.decode()
+    assert "Last error:" in failed and "Failed attempts:" in failed

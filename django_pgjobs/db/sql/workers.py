@@ -28,16 +28,26 @@ SET stopped_at = now(), last_seen_at = now(), running = 0,
 WHERE id = %(id)s
 """
 
-LIST_WORKERS = """
--- Every worker in the registry, newest first, with whether it is live: not stopped and
--- seen within 3 of its heartbeats, on the database clock.
+#: A worker's columns as WorkerStatus holds them, with whether it is live: not stopped
+#: and seen within 3 of its heartbeats, on the database clock.
+_WORKER_STATUS = """
 SELECT id, host, pid, queues, concurrency, version, heartbeat_s, started_at, last_seen_at,
        stopped_at, running, succeeded, failed, claims_from_floors,
        (stopped_at IS NULL AND last_seen_at > now() - make_interval(secs => 3 * heartbeat_s))
            AS live,
        extract(epoch FROM now() - last_seen_at)::float8 AS seen_s_ago
-FROM pgjobs_worker
+FROM pgjobs_worker"""
+
+LIST_WORKERS = f"""
+-- Every worker in the registry, newest first, with whether it is live.
+{_WORKER_STATUS}
 ORDER BY started_at DESC, id
+"""
+
+WORKER_STATUS = f"""
+-- The worker %(id)s of the registry (no row: none such), with whether it is live.
+{_WORKER_STATUS}
+WHERE id = %(id)s
 """
 
 PRUNE_WORKERS = """
