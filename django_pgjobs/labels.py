@@ -67,3 +67,9 @@ def ago(delta: timedelta | None) -> str:
     else:
         text = f"{size / 86400:.1f} d"
     return f"in {text}" if seconds > 0 else f"{text} ago"
+
+
+def shortened(text: str, length: int) -> str:
+    """`text`, cut to `length` characters with an ellipsis (a list shows 50 rows: plain
+    slicing, not Truncator's per-call regular expressions)."""
+    return text if len(text) <= length else text[: length - 1] + "…"

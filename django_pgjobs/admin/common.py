@@ -423,9 +423,3 @@ def _walk(ordered: QuerySet[Any], upto: int) -> Iterator[list[int]]:
             return
         yield batch
         last = batch[-1]
-
-
-def shortened(text: str, length: int) -> str:
-    """`text`, cut to `length` characters with an ellipsis (a list shows 50 rows: plain
-    slicing, not Truncator's per-call regular expressions)."""
-    return text if len(text) <= length else text[: length - 1] + "…"

@@ -51,7 +51,6 @@ from django_pgjobs.admin.common import (
     refuse_bad_params,
     refuse_unoffered_filters,
     relative_time,
-    shortened,
 )
 from django_pgjobs.admin.filters import (
     KindFilter,
@@ -420,7 +419,7 @@ class JobAdmin(ReadOnlyJobAdmin):
 
     @admin.display(description="key", ordering="key")
     def key_short(self, obj: Job) -> str:
-        return shortened(obj.key or "", 24)
+        return labels.shortened(obj.key or "", 24)
 
     @admin.display(description="state", ordering="state")
     def state_and_progress(self, obj: Job) -> SafeString:
@@ -430,7 +429,7 @@ class JobAdmin(ReadOnlyJobAdmin):
 
     @admin.display(description="worker", ordering="worker_id")
     def worker_short(self, obj: Job) -> str:
-        return shortened(obj.worker_id or "", 28)
+        return labels.shortened(obj.worker_id or "", 28)
 
     @admin.display(description="run after", ordering="run_after")
     def runs(self, obj: Job) -> SafeString:

@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from django_pgjobs import labels
 from django_pgjobs.admin import audit
 from django_pgjobs.admin.common import (
     ACTION_BATCH,
@@ -22,7 +23,6 @@ from django_pgjobs.admin.common import (
     exact_time,
     jobs_word,
     relative_time,
-    shortened,
 )
 from django_pgjobs.admin.filters import DeadQueueFilter, KindFilter, ReasonFilter
 from django_pgjobs.admin.jobs import ReadOnlyJobAdmin
@@ -129,12 +129,12 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
 
     @admin.display(description="reason", ordering="reason")
     def reason_short(self, obj: DeadJob) -> str:
-        return shortened(obj.reason, 40)
+        return labels.shortened(obj.reason, 40)
 
     @admin.display(description="last error")
     def last_error_line(self, obj: DeadJob) -> str:
         first = (obj.last_error or "").strip().splitlines()
-        return shortened(first[0], 60) if first else ""
+        return labels.shortened(first[0], 60) if first else ""
 
     def delete_model(self, request: HttpRequest, obj: DeadJob) -> None:
         DeadJob.objects.delete_letters([obj.pk])  # with its edges, as pruning

@@ -64,9 +64,11 @@ class PinSample:
     """A pin (the xmin horizon held by an idle transaction or a REPEATABLE READ reader)
     and what a claim of the run's queue cost as it began and as it ended: the shared
     buffers of the claim the workers send, from their queues' floors when they said they
-    read from them (`floors`). `unjudged` says why a pin's cost is not judged (None: it
-    is): cut short (the run ended first, or its connection was lost), no worker up long
-    enough to have seen it held, or fewer dead rows than the table care acts on."""
+    read from them (`floors`), and (`from_start`, with floors) what the claim from each
+    queue's start read as it ended: the walk the floors spared. `unjudged` says why a
+    pin's cost is not judged (None: it is): cut short (the run ended first, or its
+    connection was lost), no worker up long enough to have seen it held, or fewer dead
+    rows than the table care acts on."""
 
     how: str
     began: datetime
@@ -76,6 +78,7 @@ class PinSample:
     floors: bool
     dead_rows: int  # the job table's dead rows as it ended
     unjudged: str | None = None
+    from_start: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

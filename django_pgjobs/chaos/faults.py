@@ -284,6 +284,7 @@ class Faults:
         try:
             floors, settled = self._workers_read_floors()
             after = self._pin_end_buffers(floors=floors)
+            from_start = self._claim_buffers(floors=False) if floors else None
             dead, _, _ = state.database(
                 lambda: Job.objects.table_upkeep(using=state.alias), "reading the job table"
             )
@@ -299,7 +300,17 @@ class Faults:
         else:
             unjudged = None
         state.ledger.pins.append(
-            PinSample(pin.thread.how, pin.began, ended, pin.before, after, floors, dead, unjudged)
+            PinSample(
+                pin.thread.how,
+                pin.began,
+                ended,
+                pin.before,
+                after,
+                floors,
+                dead,
+                unjudged,
+                from_start,
+            )
         )
         self._record("pin", None, pin.began)
 

@@ -112,13 +112,16 @@ def test_s42_under_pins_the_claim_reads_past_the_dead_rows() -> None:
     assert re.search(r"ok\s+claim cost under a held horizon:", output), output
     held = re.findall(
         r"^pin \((idle|reader)\) +\d+ s: a claim read (\d+) buffers as it began, "
-        r"(\d+) as it ended \(the workers' claims from their floors; (\d+) dead rows\)$",
+        r"(\d+) as it ended, (\d+) from the start \(the workers' claims from their floors; "
+        r"(\d+) dead rows\)$",
         output,
         re.MULTILINE,
     )
     assert held, output  # a pin held its whole time, and was judged
-    for _, before, after, dead in held:
-        assert int(after) <= 2 * int(before) + 64, output
+    for _, before, after, from_start, dead in held:
+        # Within twice the start's cost (+64), or, where writers held the floors back
+        # (seconds of dead entries on a loaded machine), a third of the walk from the start.
+        assert int(after) <= 2 * int(before) + 64 or 3 * int(after) <= int(from_start), output
         assert int(dead) >= 1000, output  # rows enough for the floors to matter
 
 

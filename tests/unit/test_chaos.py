@@ -248,8 +248,17 @@ class TestInvariants:
         assert broken(found) == {"workers survive faults": ("w1 exited by itself with status 1",)}
 
     @staticmethod
-    def pin(before: int, after: int, *, unjudged: str | None = None, floors: bool = True) -> Any:
-        return facts.PinSample("idle", at(1), at(26), before, after, floors, 4000, unjudged)
+    def pin(
+        before: int,
+        after: int,
+        *,
+        unjudged: str | None = None,
+        floors: bool = True,
+        from_start: int | None = None,
+    ) -> Any:
+        return facts.PinSample(
+            "idle", at(1), at(26), before, after, floors, 4000, unjudged, from_start
+        )
 
     def test_s42_a_claim_that_grew_past_twice_its_cost_under_a_pin_is_caught(self) -> None:
         slack = invariants.PIN_SLACK_BUFFERS
@@ -260,6 +269,21 @@ class TestInvariants:
         [violation] = broken(grown)["claim cost under a held horizon"]
         assert f"read {61 + slack} buffers at its end, 30 at its start" in violation
         assert "from each queue's start" in violation and "4000 dead rows" in violation
+
+    def test_s42_past_twice_its_cost_a_claim_from_floors_must_spare_two_thirds_of_the_walk(
+        self,
+    ) -> None:
+        """Open writers hold the floors back to their start: past the bound, the claim
+        from the floors holds while it reads at most a third of the claim from the start."""
+        slack = invariants.PIN_SLACK_BUFFERS
+        spared = evidence(Run(1), pins=[self.pin(19, 106, from_start=318)])
+        assert broken(spared) == {}
+        walked = evidence(Run(1), pins=[self.pin(19, 106, from_start=317)])
+        [violation] = broken(walked)["claim cost under a held horizon"]
+        assert "read 106 buffers at its end (from each queue's start: 317), 19 at its" in violation
+        assert f"(at most {2 * 19 + slack})" in violation
+        unknown = evidence(Run(1), pins=[self.pin(19, 106, floors=False)])
+        assert broken(unknown) != {}  # no claim from the floors: nothing spared it
 
     def test_s42_a_pin_cut_short_is_not_judged(self) -> None:
         found = evidence(Run(1), pins=[self.pin(30, 5000, unjudged="cut short")])

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from django_pgjobs import labels
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.management.jobsctl.databases import (
     checked_database,
@@ -84,7 +85,7 @@ def dead(out: Output, filters: Filters, *, limit: int, as_json: bool) -> None:
             str(letter.id),
             letter.kind,
             letter.queue,
-            _shortened(letter.reason, REASON_CHARS),
+            first_line(letter.reason, REASON_CHARS),
             ago_and_when(letter.died_at, letter.died_s_ago),
             *((database,) if several() else ()),
         )
@@ -177,9 +178,9 @@ def _requeued(result: RequeueResult) -> str:
     return text + "."
 
 
-def _shortened(text: str, length: int) -> str:
+def first_line(text: str, length: int) -> str:
     """The first line of `text`, cut to `length` characters with an ellipsis, its control
     characters blanked (a handler's message is no terminal's escape sequence)."""
     lines = text.strip().splitlines()
     first = "".join(char if char.isprintable() else " " for char in (lines or [""])[0])
-    return first if len(first) <= length else first[: length - 1] + "…"
+    return labels.shortened(first, length)

@@ -268,10 +268,11 @@ class Command(BaseCommand):
             held = (pin.ended - pin.began).total_seconds()
             how = "from their floors" if pin.floors else "from each queue's start"
             unjudged = f"; not judged: {pin.unjudged}" if pin.unjudged else ""
+            start = "" if pin.from_start is None else f", {pin.from_start} from the start"
             write(
                 f"pin ({pin.how}){' ' * (13 - len(pin.how))}{held:.0f} s: a claim read "
-                f"{pin.before} buffers as it began, {pin.after} as it ended (the workers' "
-                f"claims {how}; {pin.dead_rows} dead rows){unjudged}"
+                f"{pin.before} buffers as it began, {pin.after} as it ended{start} (the "
+                f"workers' claims {how}; {pin.dead_rows} dead rows){unjudged}"
             )
         write(f"drained after      {drain} after the last fault")
         write(f"took               {report.seconds:.0f} s")
