@@ -258,14 +258,15 @@ def many_workers(database: Database, sizes: Sizes) -> list[Figure]:
         env = {"DATABASE_URL": pooled, "PGJOBS_BENCH_PREPARE": "0"}
         with fleet(database, processes, ("--concurrency", "1"), env) as pooled_fleet:
             start_s = pooled_fleet.wait_registered()
-            time.sleep(max(5.0, 2 * default_poll))  # the start's own statements are done
+            # The start's own statements are done.
+            time.sleep(_settle_s(sizes, default_poll))
             idle[default_poll] = _idle_cost(database, pooled_fleet, sizes.many_workers_idle_s)
             drained = _drain(pooled_fleet, database, n)
         database.reset_jobs()
         args = ("--concurrency", "1", "--poll-interval", f"{LONG_POLL_S:g}")
         with fleet(database, processes, args, env) as slow_fleet:
             slow_fleet.wait_registered()
-            time.sleep(max(5.0, 2 * LONG_POLL_S))
+            time.sleep(_settle_s(sizes, LONG_POLL_S))
             idle[LONG_POLL_S] = _idle_cost(database, slow_fleet, sizes.many_workers_idle_s)
             slow_fleet.stop()
     database.reset_jobs()
@@ -360,6 +361,13 @@ def many_workers(database: Database, sizes: Sizes) -> list[Figure]:
             ),
         ]
     return figures
+
+
+def _settle_s(sizes: Sizes, poll_s: float) -> float:
+    """How long a fleet polling every `poll_s` settles before its idle cost is taken."""
+    if sizes.many_workers_settle_s is not None:
+        return sizes.many_workers_settle_s
+    return max(5.0, 2 * poll_s)
 
 
 def _cpu_seconds(pid: int) -> float | None:

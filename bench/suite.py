@@ -54,6 +54,8 @@ class Sizes:
     many_workers: int = 100
     many_workers_jobs: int = 100_000
     many_workers_idle_s: float = 30.0
+    #: How long a fleet settles before its idle cost is taken (None: two polls, >= 5 s).
+    many_workers_settle_s: float | None = None
     pressure_rate: int = 500
     pressure_handlers: int = 16
     pressure_clean_s: float = 60.0
@@ -91,10 +93,11 @@ SMOKE = Sizes(
     many_workers=5,
     many_workers_jobs=1000,
     many_workers_idle_s=2.0,
+    many_workers_settle_s=0.5,
     pressure_rate=100,
-    pressure_clean_s=4.0,
-    pressure_pinned_s=6.0,
-    pressure_recovery_s=5.0,
+    pressure_clean_s=2.0,
+    pressure_pinned_s=4.0,
+    pressure_recovery_s=2.0,
     pressure_pins=("idle", "readers", "terminate"),
     pressure_sample_s=0.5,
 )
