@@ -201,6 +201,8 @@ class ReadOnlyJobAdmin(ExactTimes, OfferedFiltersOnly, WorkflowSection, admin.Mo
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         obj = self.get_object(request, object_id)
+        if obj is None and request.method == "GET" and job_id_of(object_id):
+            return self.not_here(request, job_id_of(object_id))
         buttons = []
         if obj is not None and self.may_act(request):
             info = self.model._meta.app_label, self.model._meta.model_name
@@ -215,13 +217,36 @@ class ReadOnlyJobAdmin(ExactTimes, OfferedFiltersOnly, WorkflowSection, admin.Mo
                 if self.button_applies(name, obj)
                 and (name != "delete" or self.has_delete_permission(request))
             ]
-        context = {"buttons": buttons, "title": str(obj) if obj is not None else ""}
+        # The page's title is the job's name, once (Django would repeat it as a subtitle).
+        context = {
+            "buttons": buttons,
+            "title": str(obj) if obj is not None else "",
+            "subtitle": None,
+        }
         return super().change_view(
             request, object_id, form_url, {**(extra_context or {}), **context}
         )
 
     def button_applies(self, name: str, obj: Any) -> bool:
         return True
+
+    def not_here(self, request: HttpRequest, job_id: int) -> HttpResponse:
+        """A link to a job that is not in this table: its page in the other one (a job
+        that died, a letter requeued), or the list, with what became of it."""
+        for model, name in ((Job, "job"), (DeadJob, "deadjob")):
+            if model is not self.model and model.objects.filter(pk=job_id).exists():
+                return HttpResponseRedirect(
+                    reverse(f"admin:django_pgjobs_{name}_change", args=[job_id])
+                )
+        self.message_user(
+            request,
+            f"Job #{job_id} is no longer here: it ended and was not kept (a done job stays "
+            "only for its result retention, a dead letter until it is pruned, requeued or "
+            "deleted), or there never was such a job.",
+            messages.WARNING,
+        )
+        info = self.model._meta.app_label, self.model._meta.model_name
+        return HttpResponseRedirect(reverse("admin:{}_{}_changelist".format(*info)))
 
     def get_urls(self) -> list[URLPattern]:
         info = self.model._meta.app_label, self.model._meta.model_name
@@ -400,17 +425,23 @@ class JobAdmin(ReadOnlyJobAdmin):
     def press(self, request: HttpRequest, name: str, obj: Job) -> HttpResponse:
         if name == "run_now":
             moved = Job.objects.run_now([obj.pk])
-            text = f"{obj} set to run now." if moved else f"{obj} is not pending: nothing to do."
+            text = (
+                f"Job {obj} set to run now."
+                if moved
+                else f"Job {obj} is not pending: nothing to do."
+            )
             self.message_user(request, text, messages.SUCCESS if moved else messages.WARNING)
             if moved:
                 audit.log_one(request, Job, obj.pk, str(obj), "Set to run now.")
             return HttpResponseRedirect(reverse("admin:django_pgjobs_job_change", args=[obj.pk]))
         cancelled = Job.objects.cancel_many([obj.pk], reason=cancel_reason(request))
         if not cancelled:
-            self.message_user(request, f"{obj} had finished: nothing to cancel.", messages.WARNING)
+            self.message_user(
+                request, f"Job {obj} had finished: nothing to cancel.", messages.WARNING
+            )
             return HttpResponseRedirect(reverse("admin:django_pgjobs_job_changelist"))
         audit.log_one(request, DeadJob, obj.pk, str(obj), f"Cancelled: {how_far(obj)}.")
-        self.message_user(request, f"{obj} cancelled (now a dead letter).", messages.SUCCESS)
+        self.message_user(request, f"Job {obj} cancelled (now a dead letter).", messages.SUCCESS)
         if DeadJob.objects.filter(pk=obj.pk).exists():
             return HttpResponseRedirect(
                 reverse("admin:django_pgjobs_deadjob_change", args=[obj.pk])

@@ -119,7 +119,11 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
             self.message_user(request, f"Dead letter {obj} deleted.", messages.SUCCESS)
             return HttpResponseRedirect(reverse("admin:django_pgjobs_deadjob_changelist"))
         result = DeadJob.objects.requeue([obj.pk])
-        text = f"{obj} requeued." if result.requeued else f"{obj} merged into a live job."
+        text = (
+            f"Dead letter {obj} requeued."
+            if result.requeued
+            else f"Dead letter {obj} merged into the live job of its key."
+        )
         done = "Requeued" if result.requeued else "Merged into the live job of its key"
         audit.log_one(
             request, Job, obj.pk, str(obj), f"{done}, from the dead letters ({obj.reason})."

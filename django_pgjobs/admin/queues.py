@@ -22,6 +22,7 @@ from django.http import (
     HttpRequest,
     HttpResponse,
 )
+from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from django_pgjobs import labels, options
@@ -85,7 +86,8 @@ class QueueControlAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[t
     """Every queue with jobs, paused or limited: pause, resume, and its running limit."""
 
     form = QueueControlForm
-    list_display = ("name", "paused", "running_of_limit", "limit_from_settings", "paused_at")
+    # In words: a healthy system's list was a column of red crosses ("not paused").
+    list_display = ("name", "claims", "running_of_limit", "limit_source")
     list_filter = ("paused",)
     actions = ("pause", "resume")
     fields = ("name", "paused", "max_running", "limit_from_settings", "paused_at", "updated_at")
@@ -167,8 +169,24 @@ class QueueControlAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[t
             .annotate(count=DbCount("id"))
             .values("count")
         )
+        paused = ExpressionWrapper(F("paused_at") - Now(), output_field=DurationField())
         queryset: QuerySet[QueueControl] = super().get_queryset(request)
-        return queryset.annotate(running=Coalesce(Subquery(running), 0))
+        return queryset.annotate(running=Coalesce(Subquery(running), 0), paused_in=paused)
+
+    @admin.display(description="claims", ordering="paused")
+    def claims(self, obj: QueueControl) -> SafeString:
+        if not obj.paused:
+            return mark_safe("open")
+        return format_html(
+            '<strong class="pgjobs-paused">paused</strong> {}',
+            relative_time(obj.paused_at, getattr(obj, "paused_in", None)),
+        )
+
+    @admin.display(description="limit set in")
+    def limit_source(self, obj: QueueControl) -> str:
+        if obj.max_running is None:
+            return "-"
+        return "settings" if obj.limit_from_settings else "the console"
 
     @admin.display(description="running (of limit)")
     def running_of_limit(self, obj: QueueControl) -> str:

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_pgjobs.claims import Failure
-from django_pgjobs.models import DeadJob, Job, Worker
+from django_pgjobs.models import DeadJob, Job, QueueControl, Worker
 from django_pgjobs.states import DeadCategory
 from tests.helpers import count, execute, row, seconds_from_now
 
@@ -726,3 +726,33 @@ def test_a_job_page_leaves_out_what_it_does_not_have_and_labels_a_past_runs_prog
     assert "as its last run (attempt 1) left it:" in handed_back
     failed = admin_client.get(dead_page(jobs["failed"])).content.decode()
     assert "Last error:" in failed and "Failed attempts:" in failed
+
+
+def test_small_things_read_right(admin_client: Client, jobs: dict[str, int]) -> None:
+    """Issue 29, item 10: the queue list's red crosses for "not paused", a job page's title
+    said its name twice, messages began with a capitalised kind, a link to a job that
+    was not kept ended in "Perhaps it was deleted?"."""
+    QueueControl.objects.pause("media")
+    queues = admin_client.get(reverse("admin:django_pgjobs_queuecontrol_changelist"))
+    page = queues.content.decode()
+    assert "icon-no.svg" not in page and "icon-yes.svg" not in page
+    assert re.search(r'<strong class="pgjobs-paused">paused</strong> <time [^>]*>\d+ s ago', page)
+    assert ">open<" in page  # billing: claimed as usual
+
+    title = re.search(
+        r"<title>([^<]*)</title>", admin_client.get(job_page(jobs["report"])).content.decode()
+    )
+    assert title and title.group(1).count(f"billing.report#{jobs['report']}") == 1
+
+    done = admin_client.post(act("job", jobs["keyed"], "run_now"), follow=True).content.decode()
+    assert f"Job billing.sync#{jobs['keyed']} set to run now." in done
+
+    # A letter's id on the jobs' page leads to the letter, a requeued letter's to its job.
+    moved = admin_client.get(job_page(jobs["failed"]))
+    assert moved.status_code == 302 and moved["Location"] == dead_page(jobs["failed"])
+    Job.objects.enqueue("ops.task", queue="ops")
+    gone_id = Job.objects.claim_one("ops", "w").id
+    execute("DELETE FROM pgjobs_job WHERE id = %s", [gone_id])  # done and not kept
+    gone = admin_client.get(job_page(gone_id), follow=True).content.decode()
+    assert f"Job #{gone_id} is no longer here: it ended and was not kept" in gone
+    assert "Perhaps it was deleted?" not in gone
