@@ -306,6 +306,10 @@ class WorkerStatus:
     claims_from_floors: bool
     live: bool
     seen_s_ago: float
+    #: What an operator asked of it (None, "quiet", "stop"), by whom, when.
+    asked: str | None = None
+    asked_by: str | None = None
+    asked_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,3 +70,11 @@ class DeadCategory(models.TextChoices):
     UNSTORABLE = "unstorable", "outcome not storable"
     """What the handler returned or raised could not be stored: a result that is not
     JSON, or data the database refused (S27)."""
+
+
+class WorkerAsk(models.TextChoices):
+    """What an operator asked of a worker (`pgjobs_worker.asked`, from the console),
+    obeyed at the worker's next heartbeat."""
+
+    QUIET = "quiet", "quiet: claim no more jobs, finish the running ones"
+    STOP = "stop", "stop: claim no more, finish the running jobs, exit"

@@ -72,6 +72,9 @@ PGJOBS: dict[str, Any] = {"QUEUES": {"slow": {"LEASE": 120, "MAX_ATTEMPTS": 3, "
 # Workers the suite starts behind PgBouncer (tests/processes/test_pgbouncer.py) are told so here.
 if os.environ.get("PGJOBS_PREPARE") == "0":
     PGJOBS["PREPARE"] = False
+# Workers a test asks things of from the console heartbeat this often.
+if os.environ.get("PGJOBS_WORKER_HEARTBEAT"):
+    PGJOBS["WORKER_HEARTBEAT"] = float(os.environ["PGJOBS_WORKER_HEARTBEAT"])
 # Workers the security tests start with a metrics token are given it here.
 if os.environ.get("PGJOBS_METRICS_TOKEN"):
     PGJOBS["METRICS_TOKEN"] = os.environ["PGJOBS_METRICS_TOKEN"]

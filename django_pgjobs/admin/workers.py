@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import (
     DurationField,
@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from django_pgjobs.admin import audit
 from django_pgjobs.admin.common import (
     ExactTimes,
     OfferedFiltersOnly,
@@ -29,14 +30,19 @@ from django_pgjobs.admin.common import (
     refuse_unoffered_filters,
     relative_time,
 )
+from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.managers.workers import unserved_queues
 from django_pgjobs.models import Job, QueueControl, Worker
+from django_pgjobs.states import WorkerAsk
 
 
 @admin.register(Worker)
 class WorkerAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     """The workers as they last reported themselves: live, stopped, or gone (3 missed
-    heartbeats by the database clock), and what each runs now. Read only."""
+    heartbeats by the database clock), and what each runs now. Its rows are read only;
+    with the control_worker permission, an operator asks workers to go quiet (claim no
+    more jobs), to stop after their running jobs, or to run again, which each obeys at
+    its next heartbeat."""
 
     list_display = (
         "id",
@@ -50,6 +56,27 @@ class WorkerAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ig
     )
     list_filter = ("host",)
     search_fields = ("id",)
+    actions = ("go_quiet", "stop_after_running", "run_again")
+    fields = (
+        "id",
+        "liveness",
+        "running_now",
+        "queues_served",
+        "host",
+        "pid",
+        "concurrency",
+        "version",
+        "started_at",
+        "last_seen_at",
+        "stopped_at",
+        "succeeded",
+        "failed",
+        "abandoned",
+        "claims_from_floors",
+        "asked_by",
+        "asked_at",
+    )
+    readonly_fields = ("liveness", "running_now", "queues_served")
     ordering = ("-started_at", "id")
     change_list_template = "admin/django_pgjobs/worker_change_list.html"
 
@@ -68,8 +95,9 @@ class WorkerAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ig
     def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
         seen = ExpressionWrapper(Now() - F("last_seen_at"), output_field=DurationField())
         started = ExpressionWrapper(F("started_at") - Now(), output_field=DurationField())
+        asked = ExpressionWrapper(F("asked_at") - Now(), output_field=DurationField())
         queryset: QuerySet[Worker] = super().get_queryset(request)
-        return queryset.annotate(seen_ago=seen, started_in=started)
+        return queryset.annotate(seen_ago=seen, started_in=started, asked_in=asked)
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
@@ -88,7 +116,58 @@ class WorkerAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ig
     @admin.display(description="state")
     def liveness(self, obj: Worker) -> SafeString:
         state = worker_state(obj)
-        return format_html('<span class="pgjobs-worker-{}">{}</span>', state, state)
+        shown = format_html('<span class="pgjobs-worker-{}">{}</span>', state, state)
+        if not obj.asked or state == "stopped":
+            return shown
+        return format_html(
+            '{} · <span class="pgjobs-asked">asked to {} by {}</span> {}',
+            shown,
+            "go quiet" if obj.asked == WorkerAsk.QUIET else "stop",
+            obj.asked_by or "?",
+            relative_time(obj.asked_at, getattr(obj, "asked_in", None)),
+        )
+
+    def has_control_permission(self, request: HttpRequest) -> bool:
+        """The actions that ask workers something need a permission of their own."""
+        return request.user.has_perm(f"{self.opts.app_label}.control_worker")
+
+    @admin.action(
+        description="Go quiet: claim no more jobs (at their next heartbeat)",
+        permissions=["control"],
+    )
+    def go_quiet(self, request: HttpRequest, queryset: QuerySet[Worker]) -> None:
+        self._ask(request, queryset, WorkerAsk.QUIET, "go quiet", "Asked {count} to go quiet")
+
+    @admin.action(
+        description="Stop after their running jobs (at their next heartbeat)",
+        permissions=["control"],
+    )
+    def stop_after_running(self, request: HttpRequest, queryset: QuerySet[Worker]) -> None:
+        self._ask(request, queryset, WorkerAsk.STOP, "stop", "Asked {count} to stop")
+
+    @admin.action(description="Run again: claim jobs as before", permissions=["control"])
+    def run_again(self, request: HttpRequest, queryset: QuerySet[Worker]) -> None:
+        self._ask(request, queryset, None, "run again", "Asked {count} to run again")
+
+    def _ask(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Worker],
+        asked: str | None,
+        what: str,
+        logged: str,
+    ) -> None:
+        ids = list(queryset.values_list("id", flat=True))
+        done = Worker.objects.ask(ids, asked, by=request.user.get_username())
+        audit.log_bulk(request, Worker, logged, done, len(done), ("worker", "workers"))
+        heartbeat = pgjobs_settings.WORKER_HEARTBEAT
+        text = (
+            f"{len(done)} {'worker' if len(done) == 1 else 'workers'} asked to {what}: each "
+            f"obeys at its next heartbeat (every {heartbeat:g} s)."
+        )
+        if len(ids) > len(done):
+            text += f" {len(ids) - len(done)} had stopped already: left alone."
+        self.message_user(request, text, messages.SUCCESS if done else messages.WARNING)
 
     @admin.display(description="queues")
     def queues_served(self, obj: Worker) -> str:
@@ -106,7 +185,9 @@ class WorkerAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ig
     def running_now(self, obj: Worker) -> SafeString:
         if worker_state(obj) != "live":
             return format_html("- (of {})", obj.concurrency)
-        ids = getattr(obj, "running_jobs", [])
+        ids = getattr(obj, "running_jobs", None)
+        if ids is None:  # its own page: its first running jobs, read for it alone
+            ids = Job.objects.running_of_workers([obj.id]).get(obj.id, [])
         links = format_html_join(
             ", ",
             '<a href="{}">{}#{}</a>',

@@ -11,6 +11,7 @@ from django.db import models
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
 from django_pgjobs.records import QueueStatus, WorkerStatus
+from django_pgjobs.states import WorkerAsk
 
 if TYPE_CHECKING:
     from django_pgjobs.models import Worker  # noqa: F401
@@ -35,8 +36,9 @@ class WorkerManager(models.Manager["Worker"]):
         abandoned: int = 0,
         claims_from_floors: bool = False,
         using: str | None = None,
-    ) -> None:
-        """Register the worker or refresh its row (last seen: the database's now())."""
+    ) -> str | None:
+        """Register the worker or refresh its row (last seen: the database's now()).
+        Returns what an operator asked of it: None, "quiet" or "stop"."""
         params = {
             "id": worker_id,
             "host": host,
@@ -51,7 +53,19 @@ class WorkerManager(models.Manager["Worker"]):
             "abandoned": abandoned,
             "claims_from_floors": claims_from_floors,
         }
-        db.rowcount(sql.HEARTBEAT_WORKER, params, using)
+        rows = db.fetchall(sql.HEARTBEAT_WORKER, params, using)
+        return rows[0][0] if rows else None
+
+    def ask(
+        self, worker_ids: Sequence[str], asked: str | None, *, by: str, using: str | None = None
+    ) -> list[str]:
+        """Ask workers to go quiet ("quiet": claim no more jobs), to stop after their
+        running jobs ("stop"), or to run again (None); each obeys at its next heartbeat.
+        Stopped workers are left out. Returns the ids asked."""
+        if asked is not None and asked not in WorkerAsk.values:
+            raise ValueError(f"A worker is asked 'quiet', 'stop' or None, not {asked!r}.")
+        params = {"ids": list(worker_ids), "asked": asked, "by": by}
+        return [worker_id for (worker_id,) in db.fetchall(sql.ASK_WORKERS, params, using)]
 
     def stopped(
         self, worker_id: str, *, succeeded: int, failed: int, using: str | None = None

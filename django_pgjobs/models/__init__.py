@@ -1,6 +1,7 @@
 """The tables: `pgjobs_job` (live work), `pgjobs_dead` (dead letters), and the queue
 controls, schedules and per-minute counts beside them; the tables of workflows (edges,
-batches and their callbacks) are in `models.workflows`.
+batches and their callbacks) are in `models.workflows`, the worker registry in
+`models.workers`.
 
 Fields, indexes and constraints only; every statement that moves jobs is a manager's
 (`managers/`), and its SQL lives in `db/sql/`.
@@ -15,6 +16,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from django_pgjobs import managers
+from django_pgjobs.models.workers import Worker as Worker  # the worker registry
 from django_pgjobs.models.workflows import (  # the tables of workflows (S29-S31)
     Batch as Batch,
 )
@@ -545,52 +547,3 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
-
-
-class Worker(models.Model):
-    """A `runjobs` process as it last reported itself: registered when it starts,
-    heartbeated every WORKER_HEARTBEAT seconds by a service thread beside its loop, marked
-    stopped when it stops. One that misses 3 heartbeats (on the database clock) is gone;
-    the sweeper deletes rows not seen for a day."""
-
-    id = models.TextField(primary_key=True, help_text="The worker id stamped on its claims.")
-    host = models.TextField()
-    pid = models.IntegerField()
-    queues = models.JSONField(help_text="The queues it claims from.")
-    concurrency = models.IntegerField()
-    version = models.TextField(help_text="The django_pgjobs version it runs.")
-    heartbeat_s = models.FloatField(help_text="Seconds between its heartbeats.")
-    started_at = models.DateTimeField(db_default=Now())
-    last_seen_at = models.DateTimeField(db_default=Now())
-    stopped_at = models.DateTimeField(null=True, blank=True)
-    running = models.IntegerField(db_default=0, help_text="Jobs it holds now.")
-    succeeded = models.IntegerField(db_default=0, help_text="Jobs done since it started.")
-    failed = models.IntegerField(
-        db_default=0, help_text="Attempts failed (retried or dead-lettered) since it started."
-    )
-    abandoned = models.IntegerField(
-        db_default=0,
-        help_text=(
-            "Handlers abandoned at their timeout whose threads still run (S39): at its "
-            "concurrency, it claims no more jobs for its threads."
-        ),
-    )
-    claims_from_floors = models.BooleanField(
-        db_default=False,
-        help_text=(
-            "Its claims read from their queues' floors: something has held the database's "
-            "xmin horizon (a transaction left open, a long report) through two of its looks "
-            "(S42)."
-        ),
-    )
-
-    objects: ClassVar[managers.WorkerManager] = managers.WorkerManager()
-
-    class Meta:
-        db_table = "pgjobs_worker"
-        indexes: ClassVar[list[models.Index]] = [
-            models.Index(fields=["last_seen_at"], name="pgjobs_worker_last_seen")
-        ]
-
-    def __str__(self) -> str:
-        return self.id

@@ -9,7 +9,7 @@ from django_pgjobs.models import Job
 from django_pgjobs.worker.completer import Completer
 from django_pgjobs.worker.executor import Executor
 from django_pgjobs.worker.faults import Faults
-from django_pgjobs.worker.loop import default_queues
+from django_pgjobs.worker.options import default_queues
 from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
 
 #: The worker id the jobs run by `run_jobs` are claimed with.

@@ -15,25 +15,24 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Any
 
-from django_pgjobs import options, registry
+from django_pgjobs import options
 from django_pgjobs.claims import JobHandle, Verdict, run_after_recorded
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.models import Job, QueueControl
+from django_pgjobs.states import WorkerAsk
 from django_pgjobs.worker import announce
 from django_pgjobs.worker.completer import Completer
 from django_pgjobs.worker.faults import Faults, describe
 from django_pgjobs.worker.leases import Leases
+from django_pgjobs.worker.options import WorkerOptions, default_worker_id, queues_of_database
 from django_pgjobs.worker.pacing import Pacing
 from django_pgjobs.worker.pool import HandlerPool
 from django_pgjobs.worker.services import (
@@ -47,64 +46,6 @@ from django_pgjobs.worker.timeouts import Timeouts
 from django_pgjobs.worker.wakeup import Wakeup
 
 logger = logging.getLogger("django_pgjobs.worker")
-
-
-def default_worker_id() -> str:
-    """host:pid:random, unique per process and readable in the admin."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-def default_queues() -> list[str]:
-    """Every queue this process knows of: the default one, the configured ones
-    (PGJOBS["QUEUES"], and the QUEUES of the TASKS backends that are django_pgjobs'), and
-    the queues the registered jobs and tasks name."""
-    names = [pgjobs_settings.DEFAULT_QUEUE, *pgjobs_settings.QUEUES, *tasks_queues()]
-    for kind in registry.registered_kinds():
-        definition = registry.get_definition(kind)
-        if definition is not None and "queue" in definition.defaults:
-            names.append(definition.defaults["queue"])
-    return list(dict.fromkeys(names))
-
-
-def queues_of_database(alias: str) -> list[str]:
-    """The queues whose jobs live in database `alias`: the default queues
-    (default_queues) that PGJOBS["QUEUE_DATABASES"] leaves there, or sends there, and the
-    queues it sends there."""
-    routes = pgjobs_settings.QUEUE_DATABASES
-    names = [queue for queue in default_queues() if pgjobs_settings.database_of(queue) == alias]
-    names += [queue for queue, routed in routes.items() if routed == alias]
-    return list(dict.fromkeys(names))
-
-
-def tasks_queues() -> list[str]:
-    """The queue names the TASKS backends of django_pgjobs allow (`QUEUES`; Django's
-    default is ["default"], and [] allows any: then the tasks' own names count)."""
-    return [
-        name
-        for params in pgjobs_settings.tasks_backends()
-        for name in params.get("QUEUES", ["default"])
-        if isinstance(name, str)
-    ]
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerOptions:
-    """What a worker does, resolved from its arguments and the settings."""
-
-    queues: list[str]
-    concurrency: int
-    async_concurrency: int
-    prefetch: int
-    worker_id: str
-    burst: bool
-    max_jobs: int | None
-    poll_interval: float
-    shutdown_grace: float
-    sweep_interval: float
-    schedules: bool
-    listen: bool
-    status_interval: float
-    using: str
 
 
 class _Stopping:
@@ -276,9 +217,26 @@ class Worker:
                 queues=self.options.queues,
                 concurrency=self.options.concurrency,
                 stats=self.stats,
+                on_asked=self._on_asked,
             )
         )
         return services
+
+    def _on_asked(self, asked: str | None) -> None:
+        """What an operator asked of this worker, read at its heartbeat (the registry's
+        thread): stop (as SIGTERM does: no more claims, the running jobs get the grace
+        period), go quiet (claim no more jobs), or run again."""
+        if asked == WorkerAsk.STOP:
+            if not self.stopping.requested.is_set():
+                logger.warning("asked to stop from the console: stopping after the running jobs")
+            self.stop()
+        elif self.pacing.quiet != (asked == WorkerAsk.QUIET):
+            self.pacing.quiet = asked == WorkerAsk.QUIET
+            logger.warning(
+                "asked to %s from the console",
+                "go quiet: claiming no more jobs" if self.pacing.quiet else "run again",
+            )
+            self.wakeup.wake()
 
     # Lifecycle ---------------------------------------------------------------------
 
@@ -399,7 +357,7 @@ class Worker:
                     return
             elif self._exhausted():
                 return
-            else:
+            elif not self.pacing.quiet:
                 self._contained("claim", self._claim_if_possible, now)
             self._contained("heartbeat", self.leases.heartbeat_due, now)
             self._contained("look after running jobs", self.timeouts.look_after, now)

@@ -31,6 +31,8 @@ class Pacing:
         self.poll_interval = poll_interval
         #: A claim may find work: a notification, a completion, a poll, a due job.
         self.maybe_more = True
+        #: Asked from the console to claim nothing (the registry's heartbeat says so).
+        self.quiet = False
         self.next_poll = 0.0
         #: When the next scheduled job (or lapsing lease) is due, on the monotonic clock.
         self.next_due: float | None = None

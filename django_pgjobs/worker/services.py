@@ -152,11 +152,14 @@ class RegistryService(BackgroundService):
         queues: Sequence[str],
         concurrency: int,
         stats: WorkerStats,
+        on_asked: Callable[[str | None], None] = lambda asked: None,
     ) -> None:
         super().__init__(using=using)
         from django_pgjobs import __version__
 
         self.interval = interval
+        #: Told, at each heartbeat, what an operator asked of this worker (None: run).
+        self.on_asked = on_asked
         self.worker_id = worker_id
         self.stats = stats
         self.identity = {
@@ -176,7 +179,7 @@ class RegistryService(BackgroundService):
         with self._lock:
             if self._stopped:
                 return self.interval
-            Worker.objects.heartbeat(
+            asked = Worker.objects.heartbeat(
                 self.worker_id,
                 **self.identity,  # type: ignore[arg-type]
                 running=stats.in_flight,
@@ -186,6 +189,7 @@ class RegistryService(BackgroundService):
                 claims_from_floors=Job.objects.reads_from_floors(using=self.using),
                 using=self.using,
             )
+        self.on_asked(asked)
         return self.interval
 
     def stopped(self) -> None:

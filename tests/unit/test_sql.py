@@ -228,6 +228,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "STOP_WORKER": {"id": "host:1:abc", "succeeded": 1, "failed": 0},
     "LIST_WORKERS": {},
     "WORKER_STATUS": {"id": "vm:1:abc"},
+    "ASK_WORKERS": {"ids": ["vm:1:abc"], "asked": "quiet", "by": "alice"},
     "PRUNE_WORKERS": {"limit": 10},
     "RECORD_STATS": {
         "queues": ["default"],

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 HEARTBEAT_WORKER = """
 -- Register a worker, or refresh its row: last seen now (database clock), its counters,
--- and whether its claims read from their queues' floors (S42).
+-- and whether its claims read from their queues' floors (S42). Returns what an operator
+-- asked of it (NULL: nothing; 'quiet', 'stop').
 INSERT INTO pgjobs_worker AS w (id, host, pid, queues, concurrency, version, heartbeat_s,
                                 running, succeeded, failed, abandoned, claims_from_floors)
 VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, %(version)s,
@@ -18,6 +19,16 @@ ON CONFLICT (id) DO UPDATE SET
     failed = excluded.failed,
     abandoned = excluded.abandoned,
     claims_from_floors = excluded.claims_from_floors
+RETURNING w.asked
+"""
+
+ASK_WORKERS = """
+-- Ask the workers %(ids)s that have not stopped to go quiet, to stop, or (%(asked)s NULL)
+-- to run again, for %(by)s: each obeys at its next heartbeat. Returns the ids asked.
+UPDATE pgjobs_worker
+SET asked = %(asked)s, asked_by = %(by)s, asked_at = now()
+WHERE id = ANY(%(ids)s::text[]) AND stopped_at IS NULL
+RETURNING id
 """
 
 STOP_WORKER = """
@@ -32,7 +43,7 @@ WHERE id = %(id)s
 #: and seen within 3 of its heartbeats, on the database clock.
 _WORKER_STATUS = """
 SELECT id, host, pid, queues, concurrency, version, heartbeat_s, started_at, last_seen_at,
-       stopped_at, running, succeeded, failed, claims_from_floors,
+       stopped_at, running, succeeded, failed, claims_from_floors, asked, asked_by, asked_at,
        (stopped_at IS NULL AND last_seen_at > now() - make_interval(secs => 3 * heartbeat_s))
            AS live,
        extract(epoch FROM now() - last_seen_at)::float8 AS seen_s_ago

@@ -16,7 +16,7 @@ from django_pgjobs.management.jobsctl.output import Output, iso
 from django_pgjobs.managers.workers import unserved_queues
 from django_pgjobs.models import QueueControl, Worker
 from django_pgjobs.records import Count, QueueStatus, WorkerStatus
-from django_pgjobs.worker.loop import default_queues
+from django_pgjobs.worker.options import default_queues
 
 #: The counts of a queue, in the order the table and the JSON document show them.
 COUNTS = ("runnable", "scheduled", "retrying", "running", "done", "dead")

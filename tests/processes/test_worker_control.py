@@ -1,0 +1,98 @@
+"""Workers asked things from the console (issue 29, item 13): an operator with the
+control_worker permission asks real `runjobs` processes to go quiet, to run again, or to
+stop after their running jobs; each obeys at its next heartbeat, and the admin's log says
+who asked. With NOTIFY and without (the PgBouncer setup), a job running meanwhile."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.urls import reverse
+
+from django_pgjobs.models import Job, Worker
+from tests.helpers import count, execute
+from tests.spawn import Workers, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+WORKERS = reverse("admin:django_pgjobs_worker_changelist")
+HEARTBEAT_S = 0.5
+
+
+def operator(name: str, *permissions: str) -> Client:
+    user = User.objects.create_user(name, password="pw", is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="django_pgjobs", codename__in=["view_worker", *permissions]
+        )
+    )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def ask(client: Client, action: str, *worker_ids: str) -> str:
+    response = client.post(
+        WORKERS, {"action": action, "_selected_action": list(worker_ids)}, follow=True
+    )
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_a_worker_asked_to_go_quiet_claims_nothing_until_asked_to_run_again_then_stops(
+    workers: Workers, notify: bool
+) -> None:
+    env = {"PGJOBS_WORKER_HEARTBEAT": str(HEARTBEAT_S)}
+    process = workers.start("--concurrency", "2", extra_env=env)
+    wait_for(lambda: Worker.objects.filter(stopped_at=None).count() == 1, what="registration")
+    worker_id = Worker.objects.get().id
+    slow = Job.objects.enqueue("tests.record", {"label": "long", "sleep": 3}).id
+    wait_for(lambda: count("tests_note") == 1, timeout=15, what="the long job to start")
+
+    # Without the permission, a staff user who may view workers is refused.
+    viewer = operator("viewer")
+    page = ask(viewer, "go_quiet", worker_id)
+    assert "Refused: you may not run “go_quiet”" in page
+    assert Worker.objects.get().asked is None
+
+    client = operator("ops", "control_worker")
+    page = ask(client, "go_quiet", worker_id)
+    assert "1 worker asked to go quiet: each obeys at its next heartbeat" in page
+    assert (Worker.objects.get().asked, Worker.objects.get().asked_by) == ("quiet", "ops")
+    time.sleep(3 * HEARTBEAT_S)  # a heartbeat or more: it has heard
+    quiet_job = Job.objects.enqueue("tests.record", {"label": "while quiet"}).id
+    time.sleep(6 * HEARTBEAT_S)
+    assert execute("SELECT state FROM pgjobs_job WHERE id = %s", [quiet_job]) == [("pending",)]
+    # The job it was running finishes: quiet stops claims, not work.
+    wait_for(lambda: count("pgjobs_job", f"id = {slow}") == 0, timeout=15, what="the long job")
+    listed = client.get(WORKERS).content.decode()
+    assert "asked to go quiet by ops" in listed
+
+    ask(client, "run_again", worker_id)
+    wait_for(
+        lambda: count("pgjobs_job", f"id = {quiet_job}") == 0,
+        timeout=10,
+        what="the job enqueued while quiet, once asked to run again",
+    )
+
+    Job.objects.enqueue("tests.record", {"label": "last", "sleep": 1})
+    wait_for(lambda: count("tests_note") == 3, timeout=15, what="the last job to start")
+    page = ask(client, "stop_after_running", worker_id)
+    assert "1 worker asked to stop" in page
+    assert process.wait(30) == 0, process.output()
+    assert count("tests_note") == 3 and count() == 0  # the last job ran to its end
+    assert Worker.objects.get().stopped_at is not None
+    assert "asked to stop from the console" in process.output()
+
+    page = ask(client, "go_quiet", worker_id)  # a stopped worker is left alone
+    assert "0 workers asked to go quiet" in page and "1 had stopped already" in page
+    logged = [entry.change_message for entry in LogEntry.objects.order_by("id")]
+    assert logged == [
+        f"Asked 1 worker to go quiet: {worker_id}.",
+        f"Asked 1 worker to run again: {worker_id}.",
+        f"Asked 1 worker to stop: {worker_id}.",
+    ]
