@@ -63,7 +63,10 @@ def log_bulk(
 ) -> None:
     """One entry for a bulk action: `message` with "{count}" where the count and `noun`
     go ("Cancelled {count}"), then the filter the list had (an action on every matching
-    row) or the first LISTED_IDS ids it acted on."""
+    row) or the first LISTED_IDS ids it acted on. An action that changed nothing leaves
+    no entry."""
+    if count == 0:
+        return
     listed: list[str] = []
     for object_id in ids:
         if len(listed) == LISTED_IDS:

@@ -42,6 +42,8 @@ class BatchAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ign
 
     list_display = ("id", "state", "progress", "callbacks", "created", "ended")
     list_filter = ("state",)
+    fields = ("id", "state", "progress", "members_of", "callbacks", "created_at", "ended_at")
+    readonly_fields = ("progress", "members_of", "callbacks")
     ordering = ("-id",)
     list_per_page = 50
 
@@ -88,6 +90,32 @@ class BatchAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ign
         ended = record.done + record.failed
         text = f"{ended} of {record.members} ended: {record.done} done, {record.failed} failed"
         return text if record.ended or obj.state == "sealed" else f"{text} (open)"
+
+    @admin.display(description="members")
+    def members_of(self, obj: Batch) -> SafeString:
+        """Links to the batch's members in the job and dead-letter lists (paged there):
+        the parents of a callback of the batch, while a callback's edges remain."""
+        record = self._record(obj)
+        if record is None:
+            return mark_safe("-")
+        waiting = [c.job_id for c in record.callbacks if c.job_state is not None]
+        counted = f"{record.members:,} {'member' if record.members == 1 else 'members'}"
+        if not waiting:
+            return format_html(
+                "{}; their list went with the batch's callbacks (each acked or deleted). "
+                "A member's page links its batch.",
+                counted,
+            )
+        query = f"?parents_of={waiting[0]}"
+        return format_html(
+            '{}: <a href="{}{}">those not ended, or done and kept</a> · '
+            '<a href="{}{}">those that died</a>',
+            counted,
+            reverse("admin:django_pgjobs_job_changelist"),
+            query,
+            reverse("admin:django_pgjobs_deadjob_changelist"),
+            query,
+        )
 
     @admin.display(description="callbacks")
     def callbacks(self, obj: Batch) -> SafeString:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import django
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
@@ -76,6 +77,8 @@ class DashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "counts": COUNTS,
             "refresh_s": REFRESH_S,
             "data_url": reverse("admin:django_pgjobs_dashboard_data"),
+            # Django 6 writes its breadcrumbs as a list; 5.2 as links in a div.
+            "breadcrumbs_as_list": django.VERSION >= (6, 0),
             **dashboard_fragments(),
         }
         return TemplateResponse(request, "admin/django_pgjobs/dashboard.html", context)
@@ -113,6 +116,7 @@ def dashboard_data() -> dict[str, Any]:
             "queues": render_to_string(
                 "admin/django_pgjobs/dashboard_queues.html", {"counts": COUNTS, **fragments}
             ),
+            "warnings": render_to_string("admin/django_pgjobs/dashboard_warnings.html", fragments),
             "workers": render_to_string(
                 "admin/django_pgjobs/dashboard_workers.html", {"counts": COUNTS, **fragments}
             ),

@@ -48,14 +48,25 @@ class DeadQueueFilter(QueueFilter):
         return [status.queue for status in statuses if status.dead.value]
 
 
+#: Kinds of django_pgjobs's own (the chaos run's): left out of the kind filter, found by
+#: the search.
+INTERNAL_KIND_PREFIX = "pgjobs."
+
+
 class KindFilter(admin.SimpleListFilter):
-    """Kinds this process knows (the registry), not a DISTINCT over the table."""
+    """Kinds this process knows (the registry), not a DISTINCT over the table; a select,
+    not a link per kind, and without the library's own kinds."""
 
     title = "kind"
     parameter_name = "kind"
+    template = "admin/django_pgjobs/select_filter.html"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(kind, kind) for kind in registry.registered_kinds()]
+        return [
+            (kind, kind)
+            for kind in registry.registered_kinds()
+            if not kind.startswith(INTERNAL_KIND_PREFIX) or kind == self.value()
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset.filter(kind=self.value()) if self.value() else queryset

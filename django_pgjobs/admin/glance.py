@@ -13,8 +13,9 @@ from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from django_pgjobs import labels
-from django_pgjobs.models import JobStats, QueueControl
-from django_pgjobs.records import QueueStatus, ThroughputPoint
+from django_pgjobs.managers.workers import unserved_queues
+from django_pgjobs.models import JobStats, QueueControl, Worker
+from django_pgjobs.records import Count, QueueStatus, ThroughputPoint
 
 #: Where a request keeps its queues' statuses once read.
 _STATUSES = "_pgjobs_queue_statuses"
@@ -30,9 +31,48 @@ def queue_statuses(request: HttpRequest) -> list[QueueStatus]:
     return statuses
 
 
-def glance(request: HttpRequest) -> list[dict[str, Any]]:
-    """Every queue at a glance, as the change lists show it above themselves."""
-    return [glance_row(status) for status in queue_statuses(request)]
+def glance_context(request: HttpRequest) -> dict[str, Any]:
+    """What a list shows above its rows: the warnings first ("No live worker serves …"),
+    then the glance folded to one line of totals, its table and chart inside."""
+    statuses = queue_statuses(request)
+    unserved = unserved_queues(statuses, Worker.objects.status())
+    return {
+        "glance": [glance_row(status) for status in statuses],
+        "glance_summary": glance_summary(statuses),
+        "glance_warnings": [unserved_warning(unserved)] if unserved else [],
+        "chart": throughput_chart(height=100),
+    }
+
+
+def unserved_warning(unserved: list[str]) -> str:
+    """The warning for queues that have runnable jobs and no live worker."""
+    have = "has" if len(unserved) == 1 else "have"
+    return f"No live worker serves {', '.join(unserved)}, which {have} runnable jobs."
+
+
+def glance_summary(statuses: list[QueueStatus]) -> str:
+    """The glance in one line: "3 queues · 12 runnable · 2 running · 5 dead · oldest
+    runnable 4 s", estimates marked."""
+
+    def total(field: str) -> str:
+        counts = [getattr(status, field) for status in statuses]
+        estimated = any(count.estimated for count in counts)
+        return labels.count(Count(sum(count.value for count in counts), estimated))
+
+    oldest = max((s.oldest_runnable_s for s in statuses if s.oldest_runnable_s), default=None)
+    paused = sum(1 for status in statuses if status.paused)
+    parts = [
+        f"{len(statuses)} {'queue' if len(statuses) == 1 else 'queues'}",
+        f"{total('runnable')} runnable",
+        f"{total('scheduled')} scheduled",
+        f"{total('running')} running",
+        f"{total('dead')} dead",
+    ]
+    if oldest is not None:
+        parts.append(f"oldest runnable {labels.age(oldest)}")
+    if paused:
+        parts.append(f"{paused} paused")
+    return " · ".join(parts)
 
 
 def queue_links(queue: str) -> dict[str, str]:

@@ -23,7 +23,7 @@ from django.http import (
 )
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 
@@ -57,7 +57,8 @@ from django_pgjobs.admin.filters import (
     QueueFilter,
     ReadinessFilter,
 )
-from django_pgjobs.admin.glance import glance, throughput_chart
+from django_pgjobs.admin.glance import glance_context
+from django_pgjobs.admin.timeline import timeline
 from django_pgjobs.admin.workflow import ChildrenOfFilter, ParentsOfFilter, WorkflowSection
 from django_pgjobs.models import DeadJob, Job
 from django_pgjobs.models import Worker as WorkerRow
@@ -143,6 +144,7 @@ class ReadOnlyJobAdmin(ExactTimes, OfferedFiltersOnly, WorkflowSection, admin.Mo
         "timeout",
         "state_line",
         "progress_wide",
+        "timeline_of",
     )
     claim_fields = ("claimed_by", "claimed_at", "claimed_until", "started_at", "worker_id")
     trigger_fields = ("rerun_after", "rerun_payload", "rerun_expires_at")
@@ -171,8 +173,7 @@ class ReadOnlyJobAdmin(ExactTimes, OfferedFiltersOnly, WorkflowSection, admin.Mo
         if refused is not None:
             return refused
         context = {
-            "glance": glance(request),
-            "chart": throughput_chart(height=100),
+            **glance_context(request),
             "title": self.model._meta.verbose_name_plural.capitalize(),
         }
         return super().changelist_view(request, {**(extra_context or {}), **context})
@@ -309,6 +310,17 @@ class ReadOnlyJobAdmin(ExactTimes, OfferedFiltersOnly, WorkflowSection, admin.Mo
     def state_line(self, obj: Any) -> SafeString:
         return format_html("<strong>{}</strong>", self.state_of(obj))
 
+    @admin.display(description="kind", ordering="kind")
+    def kind_of(self, obj: Any) -> SafeString:
+        """The kind, broken only at its dots when the column is narrow."""
+        return format_html_join(
+            mark_safe(".<wbr>"), "{}", ((part,) for part in obj.kind.split("."))
+        )
+
+    @admin.display(description="timeline")
+    def timeline_of(self, obj: Any) -> SafeString:
+        return timeline(obj)
+
     @admin.display(description="progress")
     def progress_wide(self, obj: Any) -> SafeString:
         """A running job's last report; a job that no longer runs (handed back, retried,
@@ -332,7 +344,7 @@ class ReadOnlyJobAdmin(ExactTimes, OfferedFiltersOnly, WorkflowSection, admin.Mo
 class JobAdmin(ReadOnlyJobAdmin):
     list_display = (
         "id",
-        "kind",
+        "kind_of",
         "queue",
         "key_short",
         "state_and_progress",
@@ -368,6 +380,7 @@ class JobAdmin(ReadOnlyJobAdmin):
                 )
             },
         ),
+        ("Timeline", {"fields": ("timeline_of",)}),
         ("Payload and result", {"fields": ("pretty_payload", "pretty_result")}),
         (
             "Details",

@@ -28,22 +28,19 @@ from django_pgjobs.admin.filters import DeadQueueFilter, KindFilter, ReasonFilte
 from django_pgjobs.admin.jobs import ReadOnlyJobAdmin
 from django_pgjobs.admin.workflow import ChildrenOfFilter, ParentsOfFilter
 from django_pgjobs.models import DeadJob, Job
+from django_pgjobs.states import DeadCategory
 
+#: What a reason says that names a category and nothing more ("failed", "expired").
+_CATEGORY_WORDS = frozenset(
+    word for category in DeadCategory for word in (str(category.value), str(category.label))
+)
 #: How a log entry counts dead letters (one, many).
 LETTER_NOUN = ("dead letter", "dead letters")
 
 
 @admin.register(DeadJob)
 class DeadJobAdmin(ReadOnlyJobAdmin):
-    list_display = (
-        "id",
-        "kind",
-        "queue",
-        "reason_short",
-        "attempts",
-        "died",
-        "last_error_line",
-    )
+    list_display = ("id", "kind_of", "queue", "why", "attempts", "died")
     list_filter = (ReasonFilter, DeadQueueFilter, KindFilter, ParentsOfFilter, ChildrenOfFilter)
     actions = ("requeue", "delete_selected")
     buttons = (
@@ -64,6 +61,7 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
                 )
             },
         ),
+        ("Timeline", {"fields": ("timeline_of",)}),
         ("Payload", {"fields": ("pretty_payload",)}),
         (
             "Details",
@@ -131,14 +129,23 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
         self.message_user(request, text, messages.SUCCESS)
         return HttpResponseRedirect(reverse("admin:django_pgjobs_job_changelist") + f"?q={obj.pk}")
 
-    @admin.display(description="reason", ordering="reason")
-    def reason_short(self, obj: DeadJob) -> str:
-        return labels.shortened(obj.reason, 40)
-
-    @admin.display(description="last error")
-    def last_error_line(self, obj: DeadJob) -> str:
-        first = (obj.last_error or "").strip().splitlines()
-        return labels.shortened(first[0], 60) if first else ""
+    @admin.display(description="why", ordering="category")
+    def why(self, obj: DeadJob) -> SafeString:
+        """The category as a chip, then what was said, once: the reason where it says more
+        than a category's name ("the remote said no"), else the last error's first line
+        (an unknown kind's letter reads "max attempts exceeded": its error names the kind)."""
+        category = obj.filed_category
+        chip = category.label if category is not None else "other"
+        said = obj.reason
+        if said in _CATEGORY_WORDS:
+            lines = (obj.last_error or "").strip().splitlines()
+            said = lines[0] if lines and lines[0] not in _CATEGORY_WORDS else ""
+        return format_html(
+            '<span class="pgjobs-category">{}</span> <span title="{}">{}</span>',
+            chip,
+            said,
+            labels.shortened(said, 80),
+        )
 
     def delete_model(self, request: HttpRequest, obj: DeadJob) -> None:
         DeadJob.objects.delete_letters([obj.pk])  # with its edges, as pruning

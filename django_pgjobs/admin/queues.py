@@ -35,7 +35,7 @@ from django_pgjobs.admin.common import (
     refuse_unoffered_filters,
     relative_time,
 )
-from django_pgjobs.admin.glance import glance, queue_statuses, throughput_chart
+from django_pgjobs.admin.glance import glance_context, queue_statuses
 from django_pgjobs.exceptions import InvalidJobOption
 from django_pgjobs.models import Job, QueueControl, Schedule
 from django_pgjobs.scheduler import Scheduler
@@ -142,8 +142,7 @@ class QueueControlAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[t
         if request.method == "POST" and request.POST.get("action"):
             self._make_selected_rows(request)
         context = {
-            "glance": glance(request),
-            "chart": throughput_chart(height=100),
+            **glance_context(request),
             "title": "Queues",
         }
         return super().changelist_view(request, {**(extra_context or {}), **context})

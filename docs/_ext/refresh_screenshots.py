@@ -37,10 +37,13 @@ def main() -> int:
         )
         return 1
     TARGET.mkdir(parents=True, exist_ok=True)
+    used = used_pictures()
     for picture in taken:
+        if picture.name not in used:  # the pages show these only: the rest stay behind
+            continue
         shutil.copyfile(picture, TARGET / picture.name)
         sys.stdout.write(f"copied {picture.name}\n")
-    missing = sorted(used_pictures() - {picture.name for picture in taken})
+    missing = sorted(used - {picture.name for picture in taken})
     if missing:
         sys.stderr.write(f"The pages show pictures the browser test no longer takes: {missing}\n")
         return 1

@@ -20,7 +20,15 @@ from tests.browser.conftest import SCREENSHOTS, shoot
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
+def open_glance(driver: WebDriver) -> None:
+    """Unfold the glance above a list, as a person does: a click on its line."""
+    glance = driver.find_element(By.ID, "pgjobs-glance")
+    if glance.get_attribute("open") is None:
+        glance.find_element(By.CSS_SELECTOR, "summary strong").click()
+
+
 def dead_count(driver: WebDriver, queue: str) -> int:
+    open_glance(driver)
     row = driver.find_element(By.CSS_SELECTOR, f'tr.pgjobs-queue[data-queue="{queue}"]')
     return int(row.find_element(By.CSS_SELECTOR, "td.dead").text.replace(",", ""))
 
@@ -62,6 +70,7 @@ def test_requeue_a_dead_letter_in_the_browser(site: str, browser: WebDriver) -> 
         )
     ]
     assert job_id in ids
+    open_glance(driver)
     row = driver.find_element(By.CSS_SELECTOR, 'tr.pgjobs-queue[data-queue="demo"]')
     assert int(row.find_element(By.CSS_SELECTOR, "td.runnable").text) == 1
     shoot(driver, "05-jobs-pending")

@@ -111,8 +111,13 @@ def test_the_dashboard_follows_the_queue_and_the_workers_without_a_reload(
     shoot_widths(driver, "07-dashboard-backlog")
     driver.get(f"{site}/admin/django_pgjobs/job/?queue=demo")
     assert len(driver.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")) == 30
+    # Issue 29: the first row is on the first screen (the glance folds to a line).
+    top = driver.execute_script(
+        "return document.querySelector('#result_list tbody tr').getBoundingClientRect().top;"
+    )
+    assert top < driver.execute_script("return window.innerHeight;"), top
     shoot_widths(driver, "15-jobs")
-    driver.find_element(By.LINK_TEXT, "open the dashboard").click()
+    driver.find_element(By.LINK_TEXT, "dashboard").click()
     WebDriverWait(driver, 15).until(
         expected_conditions.presence_of_element_located((By.ID, "pgjobs-dashboard"))
     )
@@ -127,6 +132,17 @@ def test_the_dashboard_follows_the_queue_and_the_workers_without_a_reload(
     assert driver.execute_script("return window.pgjobsNotReloaded === true;")
     assert "done: " in text_of(driver, "#pgjobs-chart-hour")
     shoot_widths(driver, "08-dashboard")
+    # The refresh control: off is kept across a reload, and stops the updates.
+    Select(driver.find_element(By.ID, "pgjobs-every")).select_by_value("0")
+    assert text_of(driver, "#pgjobs-refreshed") == "Refresh is off."
+    driver.refresh()
+    WebDriverWait(driver, 15).until(
+        expected_conditions.presence_of_element_located((By.ID, "pgjobs-every"))
+    )
+    assert Select(driver.find_element(By.ID, "pgjobs-every")).first_selected_option.text == "off"
+    time.sleep(7)  # past the 5 s refresh it would have had: none came ("Updated at")
+    assert text_of(driver, "#pgjobs-refreshed") == ""
+    Select(driver.find_element(By.ID, "pgjobs-every")).select_by_value("5")
 
     driver.get(f"{site}/admin/django_pgjobs/worker/")
     live = driver.find_elements(By.CSS_SELECTOR, "#result_list .pgjobs-worker-live")
@@ -166,7 +182,7 @@ def test_search_filters_and_every_action_in_the_browser(site: str, browser: WebD
     rebuilds = ids()
     assert rebuilds and all(
         "rebuild" in kind.text
-        for kind in driver.find_elements(By.CSS_SELECTOR, "#result_list td.field-kind")
+        for kind in driver.find_elements(By.CSS_SELECTOR, "#result_list td.field-kind_of")
     )
     shoot_widths(driver, "11-dead-search")
     driver.get(f"{site}/admin/django_pgjobs/deadjob/")

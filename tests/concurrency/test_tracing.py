@@ -182,7 +182,9 @@ class TestRun:
         with request_span():
             job_id = jobs.misbehave.enqueue(how="error").id
         with running_worker():
-            wait_until(lambda: (row(job_id, "attempts") or (0,))[0] >= 1, timeout=10)
+            # The retry recorded (pending again), not merely the claim (attempts 1): a
+            # run_after set before the retry's own write would be overwritten by it.
+            wait_until(lambda: row(job_id, "state", "attempts") == ("pending", 1), timeout=10)
             execute("UPDATE pgjobs_job SET run_after = now() WHERE id = %s", [job_id])
             wait_until(lambda: len(named(spans.spans(), "process default")) >= 2, timeout=10)
         first, second = named(spans.spans(), "process default")[:2]

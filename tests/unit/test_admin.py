@@ -3,6 +3,7 @@ without permission; counts that never scan a big table."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -416,6 +417,28 @@ def test_the_batch_list_shows_progress_and_callbacks_and_refuses_bad_params(
     text = admin_client.get("/admin/django_pgjobs/batch/").content.decode()
     assert "3 of 3 ended: 3 done, 0 failed" in text
     assert "fired, pending" in text and f"#{failure.id} not fired" in text
+
+
+def test_a_batch_page_links_its_members_in_both_lists(admin_client: Client) -> None:
+    """Issue 29, item 9: the batch pages were stock Django with counts only."""
+    from django_pgjobs.batches import Callback, batch
+
+    with batch(on_complete=Callback("tests.plain", value=9)) as b:
+        for n in range(3):
+            b.add("tests.plain", value=n)
+    members = [member.id for member in b.members]
+    first = Job.objects.claim_batch("default", 1, "w")[0]
+    first.fail("no")
+    (callback,) = b.callback_jobs
+    page = admin_client.get(f"/admin/django_pgjobs/batch/{b.id}/change/").content.decode()
+    live = f'/admin/django_pgjobs/job/?parents_of={callback.id}"'
+    dead = f'/admin/django_pgjobs/deadjob/?parents_of={callback.id}"'
+    assert "3 members:" in page and live in page and dead in page
+    listed = admin_client.get(f"/admin/django_pgjobs/job/?parents_of={callback.id}")
+    assert {job.id for job in listed.context["cl"].result_list} == set(members) - {first.id}
+    letters = admin_client.get(f"/admin/django_pgjobs/deadjob/?parents_of={callback.id}")
+    assert [letter.id for letter in letters.context["cl"].result_list] == [first.id]
+    assert re.search(r"Created at:</label>\s*<div class=\"readonly\">\d{4}-\d\d-\d\d ", page)
 
 
 def test_a_jobs_page_shows_its_parents_children_and_batch(admin_client: Client) -> None:

@@ -74,7 +74,7 @@ def test_the_json_view_has_the_numbers_and_follows_the_queue(
     sync = next(q for q in data["queues"] if q["queue"] == "sync")
     assert (sync["runnable"], sync["retrying"], sync["running"], sync["dead"]) == (1, 1, 1, 1)
     assert data["totals"]["runnable"] == 2 and data["totals"]["runnable_estimated"] is False
-    assert set(data["html"]) == {"queues", "workers", "kinds", "hour", "day"}
+    assert set(data["html"]) == {"warnings", "queues", "workers", "kinds", "hour", "day"}
     assert data["workers"] == {"live": 0, "registered": 0}
     assert data["unserved"] == ["mail", "sync"]
     Job.objects.enqueue("mail.send", queue="mail")

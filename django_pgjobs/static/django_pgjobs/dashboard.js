@@ -1,14 +1,18 @@
-// The dashboard's refresh: every few seconds, while the tab is visible, fetch the JSON
-// view and put its rendered fragments in place. No build step, no library.
+// The dashboard's refresh: every few seconds (as the page's select says: off, 5 s, 30 s;
+// the choice is kept in this browser), while the tab is visible, fetch the JSON view and
+// put its rendered fragments in place. No build step, no library.
 (function () {
   "use strict";
   var root = document.getElementById("pgjobs-dashboard");
   if (!root) return;
   var url = root.dataset.url;
   var every = Math.max(1, Number(root.dataset.every) || 5) * 1000;
+  var chooser = document.getElementById("pgjobs-every");
+  var KEPT = "pgjobs.dashboard.every";
   var said = document.getElementById("pgjobs-refreshed");
   var timer = null;
   var parts = {
+    warnings: "pgjobs-warnings",
     queues: "pgjobs-queues",
     workers: "pgjobs-workers",
     kinds: "pgjobs-kinds",
@@ -36,7 +40,23 @@
   }
 
   function start() {
-    if (timer === null) timer = window.setInterval(refresh, every);
+    if (timer === null && every > 0) timer = window.setInterval(refresh, every);
+  }
+
+  if (chooser) {
+    var kept = null;
+    try { kept = window.localStorage.getItem(KEPT); } catch (error) { kept = null; }
+    if (kept !== null && chooser.querySelector('option[value="' + kept + '"]')) {
+      chooser.value = kept;
+    }
+    every = Number(chooser.value) * 1000;
+    chooser.addEventListener("change", function () {
+      every = Number(chooser.value) * 1000;
+      try { window.localStorage.setItem(KEPT, chooser.value); } catch (error) { /* private mode */ }
+      stop();
+      if (every > 0) { refresh(); start(); }
+      said.textContent = every > 0 ? "" : "Refresh is off.";
+    });
   }
 
   function stop() {
@@ -47,7 +67,7 @@
   document.addEventListener("visibilitychange", function () {
     if (document.hidden) {
       stop();
-    } else {
+    } else if (every > 0) {
       refresh();
       start();
     }
