@@ -91,6 +91,7 @@ def browser() -> Iterator[WebDriver]:
         "--disable-component-update",
         "--disable-sync",
         "--no-first-run",
+        "--hide-scrollbars",  # the screenshots go into the docs: the page, not the window
         "--window-size=1400,1000",
     ):
         options.add_argument(flag)
@@ -113,3 +114,9 @@ def shoot_widths(driver: WebDriver, name: str, height: int = 1000) -> None:
         time.sleep(0.3)  # let the layout settle
         shoot(driver, f"{name}-{width}")
     driver.set_window_size(1400, 1000)
+
+
+#: What an action says, in Django's message list: not the console's warnings above a
+#: list ("No live worker serves …"), which the page before the action showed too (a wait
+#: for any message would find the old page's, then lose it as the new page loads).
+ACTION_MESSAGE = "ul.messagelist:not(.pgjobs-warnings) li"

@@ -15,7 +15,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from tests.browser.conftest import SCREENSHOTS, shoot
+from tests.browser.conftest import ACTION_MESSAGE, SCREENSHOTS, shoot
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -55,7 +55,7 @@ def test_requeue_a_dead_letter_in_the_browser(site: str, browser: WebDriver) -> 
     Select(driver.find_element(By.NAME, "action")).select_by_value("requeue")
     driver.find_element(By.CSS_SELECTOR, "button[name=index]").click()
     message = wait.until(
-        expected_conditions.presence_of_element_located((By.CSS_SELECTOR, ".messagelist li"))
+        expected_conditions.presence_of_element_located((By.CSS_SELECTOR, ACTION_MESSAGE))
     )
     assert re.search(r"1 job requeued", message.text)
     assert dead_count(driver, "demo") == before - 1

@@ -21,7 +21,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from tests.browser.conftest import shoot_widths
+from tests.browser.conftest import ACTION_MESSAGE, shoot_widths
 from tests.example import example_env, manage
 from tests.spawn import ROOT
 
@@ -166,7 +166,7 @@ def test_search_filters_and_every_action_in_the_browser(site: str, browser: WebD
 
     def message() -> str:
         found = wait.until(
-            expected_conditions.presence_of_element_located((By.CSS_SELECTOR, ".messagelist li"))
+            expected_conditions.presence_of_element_located((By.CSS_SELECTOR, ACTION_MESSAGE))
         )
         return found.text
 
@@ -189,6 +189,13 @@ def test_search_filters_and_every_action_in_the_browser(site: str, browser: WebD
     driver.find_element(By.LINK_TEXT, "max attempts exceeded").click()
     wait.until(expected_conditions.url_contains("reason=max_attempts"))
     assert ids()
+    # Issue 29: the chosen item's marker covered the end of the item before it.
+    overlap = driver.execute_script(
+        "const chosen = document.querySelector('#changelist-filter li.selected:not(:first-child)');"
+        "const before = chosen.previousElementSibling.getBoundingClientRect();"
+        "return before.right - chosen.getBoundingClientRect().left;"
+    )
+    assert overlap <= 0, overlap
     shoot_widths(driver, "12-dead-by-reason")
 
     # A dead letter's page leads with the error; its Requeue button.
