@@ -30,10 +30,13 @@ class Acted:
     def __init__(self, batches: Iterable[list[Any]]) -> None:
         self._batches = batches
         self.ids: list[Any] = []
+        #: How many were chosen: the action may have changed fewer (finished jobs).
+        self.chosen = 0
 
     def __iter__(self) -> Iterator[list[Any]]:
         for batch in self._batches:
             self.ids += batch[: LISTED_IDS + 1 - len(self.ids)]
+            self.chosen += len(batch)
             yield batch
 
 
@@ -59,12 +62,14 @@ def log_bulk(
     count: int,
     noun: tuple[str, str],
     *,
+    chosen: int | None = None,
     flag: int = CHANGE,
 ) -> None:
-    """One entry for a bulk action: `message` with "{count}" where the count and `noun`
-    go ("Cancelled {count}"), then the filter the list had (an action on every matching
-    row) or the first LISTED_IDS ids it acted on. An action that changed nothing leaves
-    no entry."""
+    """One entry for a bulk action: `message` with "{count}" where the count of what it
+    changed and `noun` go ("Cancelled {count}"), then the filter the list had (an action
+    on every matching row), or the first LISTED_IDS `ids` chosen, said to be the chosen
+    ones when the action changed fewer than the `chosen`. An action that changed nothing
+    leaves no entry."""
     if count == 0:
         return
     listed: list[str] = []
@@ -74,11 +79,13 @@ def log_bulk(
         listed.append(f"#{object_id}" if isinstance(object_id, int) else str(object_id))
     words = f"{count:,} {noun[0] if count == 1 else noun[1]}"
     text = message.format(count=words)
+    chosen = count if chosen is None else chosen
     if all_matching(request):
         text += f", every one matching the list's filter: {list_filter(request)}"
     elif listed:
-        more = ", …" if count > len(listed) else ""
-        text += ": " + ", ".join(listed) + more
+        more = ", …" if chosen > len(listed) else ""
+        of = ": " if chosen == count else f" of {chosen:,} chosen: "
+        text += of + ", ".join(listed) + more
     _log(request, model, None, words, text + ".", flag)
 
 

@@ -202,7 +202,12 @@ class ReadOnlyJobAdmin(ExactTimes, OfferedFiltersOnly, WorkflowSection, admin.Mo
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         obj = self.get_object(request, object_id)
-        if obj is None and request.method == "GET" and job_id_of(object_id):
+        if (
+            obj is None
+            and request.method == "GET"
+            and job_id_of(object_id)
+            and self.has_view_or_change_permission(request)  # whether it exists is theirs
+        ):
             return self.not_here(request, job_id_of(object_id))
         buttons = []
         if obj is not None and self.may_act(request):
@@ -501,7 +506,9 @@ class JobAdmin(ReadOnlyJobAdmin):
             return None
         acted = audit.Acted(batches)
         moved = sum(Job.objects.run_now(batch) for batch in acted)
-        audit.log_bulk(request, Job, "Set {count} to run now", acted.ids, moved, JOB_NOUN)
+        audit.log_bulk(
+            request, Job, "Set {count} to run now", acted.ids, moved, JOB_NOUN, chosen=acted.chosen
+        )
         self.message_user(
             request, f"{moved:,} {jobs_word(moved)} set to run now.", messages.SUCCESS
         )
@@ -530,7 +537,9 @@ class JobAdmin(ReadOnlyJobAdmin):
         for batch in acted:
             chosen += len(batch)
             cancelled += Job.objects.cancel_many(batch, reason=cancel_reason(request))
-        audit.log_bulk(request, Job, "Cancelled {count}", acted.ids, cancelled, JOB_NOUN)
+        audit.log_bulk(
+            request, Job, "Cancelled {count}", acted.ids, cancelled, JOB_NOUN, chosen=acted.chosen
+        )
         skipped = chosen - cancelled
         message = f"{cancelled:,} {jobs_word(cancelled)} cancelled"
         if skipped:

@@ -112,8 +112,8 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
 
     def press(self, request: HttpRequest, name: str, obj: DeadJob) -> HttpResponse:
         if name == "delete":
-            DeadJob.objects.delete_letters([obj.pk])
-            audit.log_one(request, DeadJob, obj.pk, str(obj), "Deleted.", flag=DELETION)
+            if DeadJob.objects.delete_letters([obj.pk]):
+                audit.log_one(request, DeadJob, obj.pk, str(obj), "Deleted.", flag=DELETION)
             self.message_user(request, f"Dead letter {obj} deleted.", messages.SUCCESS)
             return HttpResponseRedirect(reverse("admin:django_pgjobs_deadjob_changelist"))
         result = DeadJob.objects.requeue([obj.pk])
@@ -123,9 +123,10 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
             else f"Dead letter {obj} merged into the live job of its key."
         )
         done = "Requeued" if result.requeued else "Merged into the live job of its key"
-        audit.log_one(
-            request, Job, obj.pk, str(obj), f"{done}, from the dead letters ({obj.reason})."
-        )
+        if result.requeued or result.merged:
+            audit.log_one(
+                request, Job, obj.pk, str(obj), f"{done}, from the dead letters ({obj.reason})."
+            )
         self.message_user(request, text, messages.SUCCESS)
         return HttpResponseRedirect(reverse("admin:django_pgjobs_job_changelist") + f"?q={obj.pk}")
 
@@ -180,7 +181,14 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
         acted = audit.Acted(batches)
         deleted = sum(DeadJob.objects.delete_letters(batch) for batch in acted)
         audit.log_bulk(
-            request, DeadJob, "Deleted {count}", acted.ids, deleted, LETTER_NOUN, flag=DELETION
+            request,
+            DeadJob,
+            "Deleted {count}",
+            acted.ids,
+            deleted,
+            LETTER_NOUN,
+            chosen=acted.chosen,
+            flag=DELETION,
         )
         word = "dead letter" if deleted == 1 else "dead letters"
         self.message_user(request, f"{deleted:,} {word} deleted.", messages.SUCCESS)
@@ -218,6 +226,7 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
             acted.ids,
             requeued + merged,
             LETTER_NOUN,
+            chosen=acted.chosen,
         )
         self.message_user(request, message + ".", messages.SUCCESS)
         return None

@@ -303,14 +303,18 @@ class ScheduleAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-
     def enable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         names = list(queryset.values_list("name", flat=True))
         count = Scheduler().enable(names)
-        audit.log_bulk(request, Schedule, "Enabled {count}", names, count, SCHEDULE_NOUN)
+        audit.log_bulk(
+            request, Schedule, "Enabled {count}", names, count, SCHEDULE_NOUN, chosen=len(names)
+        )
         self.message_user(request, f"{count} enabled.", messages.SUCCESS)
 
     @admin.action(description="Disable", permissions=["change"])
     def disable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         names = list(queryset.values_list("name", flat=True))
         count = Schedule.objects.disable(names)
-        audit.log_bulk(request, Schedule, "Disabled {count}", names, count, SCHEDULE_NOUN)
+        audit.log_bulk(
+            request, Schedule, "Disabled {count}", names, count, SCHEDULE_NOUN, chosen=len(names)
+        )
         self.message_user(request, f"{count} disabled.", messages.SUCCESS)
 
     @admin.action(description="Run now (one job each; the next tick stays)", permissions=["change"])
@@ -322,8 +326,9 @@ class ScheduleAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-
             Schedule,
             "Ran {count} now (jobs " + ", ".join(f"#{job_id}" for job_id in job_ids) + ")",
             names,
-            len(names),
+            len(job_ids),
             SCHEDULE_NOUN,
+            chosen=len(names),
         )
         self.message_user(
             request,

@@ -25,7 +25,7 @@ _TEXT_CHARS = 160
 
 def timeline(obj: Job | DeadJob) -> SafeString:
     """The job's events as a table, oldest first."""
-    events = sorted(_events(obj), key=lambda event: (event[0], event[1]))
+    events = sorted(_events(obj), key=lambda event: (_aware(event[0]), event[1]))
     rows = format_html_join(
         "",
         '<tr><td class="nowrap">{}</td><td class="nowrap">{}</td><td>{}</td></tr>',
@@ -84,6 +84,14 @@ def _people(obj: Job | DeadJob) -> list[tuple[datetime, int, str, str]]:
         )
         for entry in entries.order_by("action_time")
     ]
+
+
+def _aware(moment: datetime) -> datetime:
+    """A time that sorts beside the others: with USE_TZ = False the database's are naive
+    (the project's TIME_ZONE), an error entry's aware."""
+    if timezone.is_aware(moment):
+        return moment
+    return timezone.make_aware(moment, timezone.get_default_timezone())
 
 
 def _moment(value: Any) -> datetime | None:

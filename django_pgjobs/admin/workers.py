@@ -166,7 +166,9 @@ class WorkerAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ig
             f"obeys at its next heartbeat (every {heartbeat:g} s)."
         )
         if len(ids) > len(done):
-            text += f" {len(ids) - len(done)} had stopped already: left alone."
+            text += (
+                f" {len(ids) - len(done)} had stopped, or were asked to stop already: left alone."
+            )
         self.message_user(request, text, messages.SUCCESS if done else messages.WARNING)
 
     @admin.display(description="queues")

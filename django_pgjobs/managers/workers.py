@@ -96,8 +96,11 @@ class WorkerManager(models.Manager["Worker"]):
 
 
 def unserved_queues(queues: Iterable[QueueStatus], workers: Iterable[WorkerStatus]) -> list[str]:
-    """Queues that have runnable jobs, are not paused, and that no live worker claims."""
-    served = {queue for worker in workers if worker.live for queue in worker.queues}
+    """Queues that have runnable jobs, are not paused, and that no live worker claims (a
+    worker asked to go quiet or to stop claims nothing)."""
+    served = {
+        queue for worker in workers if worker.live and not worker.asked for queue in worker.queues
+    }
     return sorted(
         status.queue
         for status in queues

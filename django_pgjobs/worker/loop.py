@@ -233,8 +233,10 @@ class Worker:
         elif self.pacing.quiet != (asked == WorkerAsk.QUIET):
             self.pacing.quiet = asked == WorkerAsk.QUIET
             logger.warning(
-                "asked to %s from the console",
-                "go quiet: claiming no more jobs" if self.pacing.quiet else "run again",
+                "%s",
+                "asked to go quiet from the console: claiming no more jobs"
+                if self.pacing.quiet
+                else "asked to run again from the console: claiming jobs",
             )
             self.wakeup.wake()
 
@@ -357,7 +359,9 @@ class Worker:
                     return
             elif self._exhausted():
                 return
-            elif not self.pacing.quiet:
+            elif self.pacing.quiet:
+                self.pacing.tick(now)  # its polls come and go, and it claims nothing
+            else:
                 self._contained("claim", self._claim_if_possible, now)
             self._contained("heartbeat", self.leases.heartbeat_due, now)
             self._contained("look after running jobs", self.timeouts.look_after, now)
@@ -378,7 +382,8 @@ class Worker:
         max_jobs = self.options.max_jobs
         if max_jobs is not None and self.stats.claimed >= max_jobs and idle:
             return True
-        return self.options.burst and idle and not self.pacing.maybe_more
+        # A quiet burst worker claims no more: done once its running jobs are.
+        return self.options.burst and idle and (self.pacing.quiet or not self.pacing.maybe_more)
 
     def _free_slots(self) -> int:
         if self.timeouts.held_back():
@@ -509,6 +514,7 @@ class Worker:
         pacing = self.pacing
         if (
             pacing.maybe_more
+            and not pacing.quiet  # claims nothing: waits as an idle worker does
             and (self._free_slots() > 0 or self._free_places() > 0)
             and not self.stopping.requested.is_set()
             and not self.faults.waiting(now)

@@ -189,7 +189,8 @@ class RegistryService(BackgroundService):
                 claims_from_floors=Job.objects.reads_from_floors(using=self.using),
                 using=self.using,
             )
-        self.on_asked(asked)
+            # Under the lock: once stopped() ran, the worker's loop may be gone.
+            self.on_asked(asked)
         return self.interval
 
     def stopped(self) -> None:

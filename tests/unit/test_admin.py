@@ -192,6 +192,21 @@ def test_cancel_asks_first_then_dead_letters_as_cancelled(admin_client: Client, 
     assert entry.change_message == f"Cancelled 2 jobs: #{low}, #{high}."
 
 
+def test_a_bulk_actions_log_entry_says_which_were_chosen_when_fewer_changed(
+    admin_client: Client, jobs: dict
+) -> None:
+    """A done job chosen beside a pending one is skipped: the entry counts what changed
+    and calls the listed ids chosen, not cancelled."""
+    chosen = sorted([jobs["runnable"], jobs["done"]])
+    selected = {"action": "cancel", "_selected_action": chosen, "confirmed": "yes"}
+    response = admin_client.post(JOBS, selected, follow=True)
+    assert "1 job cancelled, 1 skipped (already finished)." in response.content.decode()
+    (entry,) = LogEntry.objects.all()
+    assert entry.change_message == f"Cancelled 1 job of 2 chosen: #{chosen[0]}, #{chosen[1]}."
+    admin_client.post(JOBS, {**selected, "_selected_action": [jobs["done"]]})
+    assert LogEntry.objects.count() == 1  # nothing changed, nothing logged
+
+
 def test_requeue_reports_requeued_and_merged(admin_client: Client, jobs: dict) -> None:
     Job.objects.enqueue("demo.sync", {"account": 7, "fresh": True}, queue="sync", key="account:7")
     response = admin_client.post(

@@ -885,3 +885,31 @@ def test_no_console_page_offers_to_edit_a_jobs_kind_payload_or_queue(
     response = admin_client.post(job_page(jobs["report"]), forged)
     assert response.status_code in (302, 403)
     assert row(jobs["report"], "kind", "payload", "queue") == before
+
+
+def test_what_was_asked_of_a_worker_is_for_its_process_only() -> None:
+    """A worker restarted under a fixed --worker-id must not read the stop asked of the
+    process before it (it would stop again at once, each time); a stop is not taken
+    back by "run again"."""
+    me = {
+        "host": "web-1",
+        "pid": 10,
+        "queues": ["default"],
+        "concurrency": 1,
+        "version": "t",
+        "heartbeat_s": 5.0,
+        "running": 0,
+        "succeeded": 0,
+        "failed": 0,
+    }
+    assert Worker.objects.heartbeat("web-1:fixed", **me) is None
+    assert Worker.objects.ask(["web-1:fixed"], "quiet", by="alice") == ["web-1:fixed"]
+    assert Worker.objects.heartbeat("web-1:fixed", **me) == "quiet"
+    assert Worker.objects.heartbeat("web-1:fixed", **{**me, "pid": 11}) is None  # restarted
+    Worker.objects.ask(["web-1:fixed"], "stop", by="alice")
+    assert Worker.objects.ask(["web-1:fixed"], None, by="bob") == []  # not taken back
+    assert Worker.objects.heartbeat("web-1:fixed", **{**me, "pid": 11}) == "stop"
+    assert Worker.objects.stopped("web-1:fixed", succeeded=0, failed=0)
+    assert Worker.objects.heartbeat("web-1:fixed", **{**me, "pid": 11}) is None  # stopped
+    with pytest.raises(ValueError, match="'quiet', 'stop' or None"):
+        Worker.objects.ask(["web-1:fixed"], "reboot", by="mallory")

@@ -5,13 +5,18 @@ from __future__ import annotations
 HEARTBEAT_WORKER = """
 -- Register a worker, or refresh its row: last seen now (database clock), its counters,
 -- and whether its claims read from their queues' floors (S42). Returns what an operator
--- asked of it (NULL: nothing; 'quiet', 'stop').
+-- asked of it (NULL: nothing; 'quiet', 'stop'): asked of this process, never of an earlier
+-- one that had the same id (a fixed --worker-id restarted: another pid, or a stopped row).
 INSERT INTO pgjobs_worker AS w (id, host, pid, queues, concurrency, version, heartbeat_s,
                                 running, succeeded, failed, abandoned, claims_from_floors)
 VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, %(version)s,
         %(heartbeat_s)s, %(running)s, %(succeeded)s, %(failed)s, %(abandoned)s,
         %(claims_from_floors)s)
 ON CONFLICT (id) DO UPDATE SET
+    asked = CASE WHEN w.stopped_at IS NULL AND w.pid = excluded.pid AND w.host = excluded.host
+                 THEN w.asked END,
+    host = excluded.host,
+    pid = excluded.pid,
     last_seen_at = now(),
     stopped_at = NULL,
     running = excluded.running,
@@ -24,17 +29,20 @@ RETURNING w.asked
 
 ASK_WORKERS = """
 -- Ask the workers %(ids)s that have not stopped to go quiet, to stop, or (%(asked)s NULL)
--- to run again, for %(by)s: each obeys at its next heartbeat. Returns the ids asked.
+-- to run again, for %(by)s: each obeys at its next heartbeat. A stop is not taken back
+-- (a worker may be inside its grace already). Returns the ids asked.
 UPDATE pgjobs_worker
 SET asked = %(asked)s, asked_by = %(by)s, asked_at = now()
 WHERE id = ANY(%(ids)s::text[]) AND stopped_at IS NULL
+  AND (asked IS DISTINCT FROM 'stop' OR %(asked)s::text = 'stop')
 RETURNING id
 """
 
 STOP_WORKER = """
--- Mark a worker stopped (it left on its own), with its final counters.
+-- Mark a worker stopped (it left on its own), with its final counters; what was asked of
+-- it is done with.
 UPDATE pgjobs_worker
-SET stopped_at = now(), last_seen_at = now(), running = 0,
+SET stopped_at = now(), last_seen_at = now(), running = 0, asked = NULL,
     succeeded = %(succeeded)s, failed = %(failed)s
 WHERE id = %(id)s
 """
