@@ -19,7 +19,12 @@ from django.urls import URLPattern, path, reverse
 from django.views.decorators.cache import never_cache
 
 from django_pgjobs import labels
-from django_pgjobs.admin.glance import queue_links, throughput_chart
+from django_pgjobs.admin.glance import (
+    oldest_runnable_s,
+    queue_links,
+    throughput_chart,
+    total_of,
+)
 from django_pgjobs.managers.workers import unserved_queues
 from django_pgjobs.models import Dashboard, Job, KindStats, QueueControl, Worker
 from django_pgjobs.records import Count, KindLatency, QueueStatus
@@ -158,11 +163,9 @@ def queue_numbers(status: QueueStatus) -> dict[str, Any]:
 def total_numbers(queues: list[QueueStatus]) -> dict[str, Any]:
     totals: dict[str, Any] = {}
     for field, _ in COUNTS:
-        values = [getattr(status, field) for status in queues]
-        totals[field] = sum(value.value for value in values)
-        totals[f"{field}_estimated"] = any(value.estimated for value in values)
-    ages = [s.oldest_runnable_s for s in queues if s.oldest_runnable_s is not None]
-    totals["oldest_runnable_s"] = max(ages) if ages else None
+        total = total_of(queues, field)
+        totals[field], totals[f"{field}_estimated"] = total.value, total.estimated
+    totals["oldest_runnable_s"] = oldest_runnable_s(queues)
     return totals
 
 

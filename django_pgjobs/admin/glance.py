@@ -35,38 +35,38 @@ def glance_context(request: HttpRequest) -> dict[str, Any]:
     """What a list shows above its rows: the warnings first ("No live worker serves …"),
     then the glance folded to one line of totals, its table and chart inside."""
     statuses = queue_statuses(request)
-    unserved = unserved_queues(statuses, Worker.objects.status())
     return {
         "glance": [glance_row(status) for status in statuses],
         "glance_summary": glance_summary(statuses),
-        "glance_warnings": [unserved_warning(unserved)] if unserved else [],
+        # dashboard_warnings.html says it, as on the dashboard and the workers list.
+        "unserved": unserved_queues(statuses, Worker.objects.status()),
         "chart": throughput_chart(height=100),
     }
 
 
-def unserved_warning(unserved: list[str]) -> str:
-    """The warning for queues that have runnable jobs and no live worker."""
-    have = "has" if len(unserved) == 1 else "have"
-    return f"No live worker serves {', '.join(unserved)}, which {have} runnable jobs."
+def total_of(statuses: list[QueueStatus], field: str) -> Count:
+    """One count (`field` of QueueStatus) over every queue: an estimate if any is."""
+    counts: list[Count] = [getattr(status, field) for status in statuses]
+    return Count(sum(count.value for count in counts), any(c.estimated for c in counts))
+
+
+def oldest_runnable_s(statuses: list[QueueStatus]) -> float | None:
+    """The age of the oldest runnable job of any queue (None: none runnable)."""
+    ages = [s.oldest_runnable_s for s in statuses if s.oldest_runnable_s is not None]
+    return max(ages) if ages else None
 
 
 def glance_summary(statuses: list[QueueStatus]) -> str:
     """The glance in one line: "3 queues · 12 runnable · 2 running · 5 dead · oldest
     runnable 4 s", estimates marked."""
-
-    def total(field: str) -> str:
-        counts = [getattr(status, field) for status in statuses]
-        estimated = any(count.estimated for count in counts)
-        return labels.count(Count(sum(count.value for count in counts), estimated))
-
-    oldest = max((s.oldest_runnable_s for s in statuses if s.oldest_runnable_s), default=None)
+    oldest = oldest_runnable_s(statuses)
     paused = sum(1 for status in statuses if status.paused)
     parts = [
         f"{len(statuses)} {'queue' if len(statuses) == 1 else 'queues'}",
-        f"{total('runnable')} runnable",
-        f"{total('scheduled')} scheduled",
-        f"{total('running')} running",
-        f"{total('dead')} dead",
+        *(
+            f"{labels.count(total_of(statuses, field))} {field}"
+            for field in ("runnable", "scheduled", "running", "dead")
+        ),
     ]
     if oldest is not None:
         parts.append(f"oldest runnable {labels.age(oldest)}")
