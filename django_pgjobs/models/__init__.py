@@ -1,7 +1,7 @@
 """The tables: `pgjobs_job` (live work), `pgjobs_dead` (dead letters), and the queue
-controls, schedules and per-minute counts beside them; the tables of workflows (edges,
+controls and schedules beside them; the tables of workflows (edges,
 batches and their callbacks) are in `models.workflows`, the worker registry in
-`models.workers`.
+`models.workers`, the workers' counts for the dashboard in `models.stats`.
 
 Fields, indexes and constraints only; every statement that moves jobs is a manager's
 (`managers/`), and its SQL lives in `db/sql/`.
@@ -16,6 +16,15 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from django_pgjobs import managers
+from django_pgjobs.models.stats import (  # the workers' per-minute and per-hour counts
+    Dashboard as Dashboard,
+)
+from django_pgjobs.models.stats import (
+    JobStats as JobStats,
+)
+from django_pgjobs.models.stats import (
+    KindStats as KindStats,
+)
 from django_pgjobs.models.workers import Worker as Worker  # the worker registry
 from django_pgjobs.models.workflows import (  # the tables of workflows (S29-S31)
     Batch as Batch,
@@ -335,67 +344,6 @@ class DeadJob(JobColumns):
         if category == DeadCategory.DEPENDENCY:
             return Q(category__isnull=True) & of_end_parents
         return Q(category=category)
-
-
-class JobStats(models.Model):
-    """Jobs finished per minute and queue, kept by the workers for the admin's chart.
-
-    A small rollup instead of keeping every done row: each worker adds its counts every
-    few seconds; the sweeper drops minutes older than a day.
-    """
-
-    minute = models.DateTimeField()
-    queue = models.CharField(max_length=QUEUE_NAME_MAX_LENGTH)
-    succeeded = models.IntegerField(db_default=0)
-    retried = models.IntegerField(db_default=0)
-    dead = models.IntegerField(db_default=0)
-    cancelled = models.IntegerField(db_default=0)
-
-    objects: ClassVar[managers.JobStatsManager] = managers.JobStatsManager()
-
-    class Meta:
-        db_table = "pgjobs_stats"
-        verbose_name_plural = "job stats"
-        constraints: ClassVar[list[models.BaseConstraint]] = [
-            models.UniqueConstraint(fields=["minute", "queue"], name="pgjobs_stats_minute_queue")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.queue}@{self.minute:%H:%M}"
-
-
-class KindStats(models.Model):
-    """Per minute and kind: runs, and histograms of their queue wait (run_after to
-    claimed_at, both on the database clock) and run time, kept by the workers for the
-    dashboard's percentiles. Bucket i counts values up to LATENCY_BUCKETS_S[i] seconds
-    (the last: any longer); the sweeper drops minutes older than a day."""
-
-    minute = models.DateTimeField()
-    kind = models.CharField(max_length=KIND_MAX_LENGTH)
-    runs = models.IntegerField(db_default=0)
-    wait_hist = models.JSONField(help_text="Runs per queue-wait bucket (a list of counts).")
-    run_hist = models.JSONField(help_text="Runs per run-time bucket (a list of counts).")
-
-    objects: ClassVar[managers.KindStatsManager] = managers.KindStatsManager()
-
-    class Meta:
-        db_table = "pgjobs_kind_stats"
-        verbose_name_plural = "kind stats"
-        constraints: ClassVar[list[models.BaseConstraint]] = [
-            models.UniqueConstraint(fields=["minute", "kind"], name="pgjobs_kind_stats_minute_kind")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.kind}@{self.minute:%H:%M}"
-
-
-class Dashboard(JobStats):
-    """The admin's dashboard: a proxy of the per-minute counts it charts, so that the
-    page has a place in the admin's index (and no table of its own)."""
-
-    class Meta:
-        proxy = True
-        verbose_name = verbose_name_plural = "dashboard"
 
 
 class QueueControl(models.Model):
