@@ -24,7 +24,6 @@ from django_pgjobs.models import (
     DeadJob,
     Job,
     JobStats,
-    KindStats,
     QueueControl,
     Worker,
 )
@@ -109,10 +108,11 @@ class Sweeper:
         def prune_done() -> int:
             return Job.objects.prune_done(limit, using=using)
 
+        def sum_stats_hours() -> int:
+            return JobStats.objects.sum_hours(using=using)
+
         def prune_stats() -> int:
-            return JobStats.objects.prune(limit, using=using) + KindStats.objects.prune(
-                limit, using=using
-            )
+            return JobStats.objects.prune(limit, using=using)
 
         def prune_workers() -> int:
             return Worker.objects.prune(limit, using=using)
@@ -140,6 +140,7 @@ class Sweeper:
             (None, expire),
             (None, rescue_lapsed),
             ("done_pruned", prune_done),
+            (None, sum_stats_hours),
             (None, prune_stats),
             (None, prune_rate_claims),
             (None, prune_cancel_requests),

@@ -313,16 +313,33 @@ class WorkerStatus:
 
 
 @dataclass(frozen=True, slots=True)
-class KindLatency:
-    """One kind's runs over a span, and its queue wait and run time at p50 and p95, each
-    the upper bound of a histogram bucket in seconds (None: no run)."""
+class Latency:
+    """Runs over a span (of a kind, of a queue, or in one bucket of time), and their
+    queue wait and run time at p50 and p95, each the upper bound of a histogram bucket in
+    seconds (None: no run)."""
 
-    kind: str
     runs: int
     wait_p50_s: float | None
     wait_p95_s: float | None
     run_p50_s: float | None
     run_p95_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyReport:
+    """Queue wait and run time over a span ("hour", "day", "week"), from the workers'
+    histograms: over time (one Latency per bucket of `bucket_min` minutes from `since`,
+    oldest first), per queue and per kind. `queue` and `kind` say what it was narrowed to
+    (None: all)."""
+
+    span: str
+    since: datetime
+    bucket_min: int
+    series: list[tuple[datetime, Latency]]
+    queues: dict[str, Latency]
+    kinds: dict[str, Latency]
+    queue: str | None = None
+    kind: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

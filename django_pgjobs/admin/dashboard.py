@@ -1,6 +1,8 @@
 """The dashboard: every queue's counts (each a link to the filtered list) and their
-totals, the workers, and the throughput over the last hour and day; its numbers refresh
-every few seconds from a small JSON view behind the same permission.
+totals, the workers, and over the last hour, day or week (`?span=`) the jobs finished and
+their queue wait and run time at p50 and p95, over time, per queue and per kind (of one
+queue or kind: `?queue=`, `?kind=`); its numbers refresh every few seconds from a small
+JSON view behind the same permission, which takes the same parameters.
 
 The page is the changelist of `Dashboard`, a proxy of the per-minute stats, so that it
 sits in the admin's index beside Jobs and Dead letters. Whoever may view jobs may see it.
@@ -8,26 +10,31 @@ sits in the admin's index beside Jobs and Dead letters. Whoever may view jobs ma
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import django
 from django.contrib import admin
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.views.decorators.cache import never_cache
 
-from django_pgjobs import labels
-from django_pgjobs.admin.glance import (
-    oldest_runnable_s,
-    queue_links,
+from django_pgjobs import labels, registry
+from django_pgjobs.admin.charts import (
+    THROUGHPUT_SPANS,
+    latency_chart,
+    latency_label,
     throughput_chart,
-    total_of,
 )
+from django_pgjobs.admin.filters import INTERNAL_KIND_PREFIX
+from django_pgjobs.admin.glance import oldest_runnable_s, queue_links, total_of
+from django_pgjobs.managers.stats import SPANS
 from django_pgjobs.managers.workers import unserved_queues
 from django_pgjobs.models import Dashboard, Job, KindStats, QueueControl, Worker
-from django_pgjobs.records import Count, KindLatency, QueueStatus
+from django_pgjobs.options import KIND_MAX_LENGTH, QUEUE_NAME_MAX_LENGTH
+from django_pgjobs.records import Count, Latency, QueueStatus
 
 #: Seconds between two refreshes of the dashboard's numbers.
 REFRESH_S = 5
@@ -75,6 +82,10 @@ class DashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     ) -> HttpResponse:
         if not self.has_view_permission(request):
             return self._refused()
+        scope = read_scope(request)
+        if isinstance(scope, HttpResponse):
+            return scope
+        fragments = dashboard_fragments(scope)
         context = {
             **self.admin_site.each_context(request),
             "title": "Dashboard",
@@ -84,7 +95,12 @@ class DashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "data_url": reverse("admin:django_pgjobs_dashboard_data"),
             # Django 6 writes its breadcrumbs as a list; 5.2 as links in a div.
             "breadcrumbs_as_list": django.VERSION >= (6, 0),
-            **dashboard_fragments(),
+            "spans": list(SPANS),
+            "scope_queues": sorted(
+                {status.queue for status in fragments["queues"]} | _chosen(scope.queue)
+            ),
+            "scope_kinds": scope_kinds(scope.kind),
+            **fragments,
         }
         return TemplateResponse(request, "admin/django_pgjobs/dashboard.html", context)
 
@@ -92,7 +108,10 @@ class DashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """The dashboard's numbers as JSON (and its fragments, rendered, for the page)."""
         if not self.has_view_permission(request):
             return self._refused()
-        return JsonResponse(dashboard_data())
+        scope = read_scope(request)
+        if isinstance(scope, HttpResponse):
+            return scope
+        return JsonResponse(dashboard_data(scope))
 
     def _refused(self) -> HttpResponse:
         return JsonResponse(
@@ -100,12 +119,59 @@ class DashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         )
 
 
-def dashboard_data() -> dict[str, Any]:
+@dataclass(frozen=True)
+class Scope:
+    """What the dashboard's charts and tables show: a span, and optionally one queue and
+    one kind."""
+
+    span: str = "hour"
+    queue: str | None = None
+    kind: str | None = None
+
+
+def read_scope(request: HttpRequest) -> Scope | HttpResponse:
+    """The span, queue and kind a URL asks for, or a 400 that says what it takes."""
+    unknown = set(request.GET) - {"span", "queue", "kind"}
+    if unknown:
+        return _bad(f"The dashboard takes span, queue and kind, not {', '.join(sorted(unknown))}.")
+    span = request.GET.get("span") or "hour"
+    if span not in SPANS:
+        return _bad(f"span is one of {', '.join(SPANS)}.")
+    queue = request.GET.get("queue") or None
+    kind = request.GET.get("kind") or None
+    for name, value, longest in (
+        ("queue", queue, QUEUE_NAME_MAX_LENGTH),
+        ("kind", kind, KIND_MAX_LENGTH),
+    ):
+        if value is not None and ("\x00" in value or len(value) > longest):
+            return _bad(f"No {name} has that name: at most {longest} characters, no NUL.")
+    return Scope(span, queue, kind)
+
+
+def _bad(message: str) -> HttpResponse:
+    return HttpResponseBadRequest(message, content_type="text/plain")
+
+
+def _chosen(value: str | None) -> set[str]:
+    return set() if value is None else {value}
+
+
+def scope_kinds(chosen: str | None) -> list[str]:
+    """The kinds the scope's select offers: those this process knows, without the
+    library's own, and the chosen one."""
+    kinds = {k for k in registry.registered_kinds() if not k.startswith(INTERNAL_KIND_PREFIX)}
+    return sorted(kinds | _chosen(chosen))
+
+
+def dashboard_data(scope: Scope | None = None) -> dict[str, Any]:
     """Every number of the dashboard, and its fragments rendered as the page shows them."""
-    fragments = dashboard_fragments()
+    scope = scope or Scope()
+    fragments = dashboard_fragments(scope)
     queues = fragments["queues"]
     return {
         "at": Job.objects.clock().isoformat(),
+        "span": scope.span,
+        "scope": {"queue": scope.queue, "kind": scope.kind},
         "queues": [queue_numbers(status) for status in queues],
         "totals": total_numbers(queues),
         "workers": {
@@ -117,6 +183,16 @@ def dashboard_data() -> dict[str, Any]:
             {key: value for key, value in row.items() if not key.endswith("_label")}
             for row in fragments["kinds"]
         ],
+        "latency": {
+            "queues": [
+                {key: value for key, value in row.items() if not key.endswith("_label")}
+                for row in fragments["latency_queues"]
+            ],
+            "series": [
+                {"at": at.isoformat(), **latency_numbers(latency)}
+                for at, latency in fragments["latency_report"].series
+            ],
+        },
         "html": {
             "queues": render_to_string(
                 "admin/django_pgjobs/dashboard_queues.html", {"counts": COUNTS, **fragments}
@@ -126,16 +202,18 @@ def dashboard_data() -> dict[str, Any]:
                 "admin/django_pgjobs/dashboard_workers.html", {"counts": COUNTS, **fragments}
             ),
             "kinds": render_to_string("admin/django_pgjobs/dashboard_kinds.html", fragments),
-            "hour": str(fragments["hour"]),
-            "day": str(fragments["day"]),
+            "throughput": str(fragments["throughput"]),
+            "latency": str(fragments["latency"]),
         },
     }
 
 
-def dashboard_fragments() -> dict[str, Any]:
+def dashboard_fragments(scope: Scope | None = None) -> dict[str, Any]:
     """What the page and its JSON show: read once, rendered by both."""
+    scope = scope or Scope()
     queues = QueueControl.objects.status()
     workers = Worker.objects.status()
+    report = KindStats.objects.latency(scope.span, queue=scope.queue, kind=scope.kind)
     return {
         "queues": queues,
         "rows": [queue_row(status) for status in queues],
@@ -143,10 +221,30 @@ def dashboard_fragments() -> dict[str, Any]:
         "workers": workers,
         "live_workers": [worker for worker in workers if worker.live],
         "unserved": unserved_queues(queues, workers),
-        "hour": throughput_chart(60, 1),
-        "day": throughput_chart(96, 15),
-        "kinds": [kind_row(latency) for latency in KindStats.objects.latency(60)],
+        "scope": scope,
+        "span_label": SPAN_LABELS[scope.span],
+        "throughput_heading": THROUGHPUT_SPANS[scope.span][2],
+        "throughput": throughput_chart(scope.span, queue=scope.queue),
+        "latency_report": report,
+        "latency": latency_chart(report),
+        "latency_per": per_bucket(report.bucket_min),
+        "kinds": [latency_row("kind", name, value) for name, value in report.kinds.items()],
+        "latency_queues": [
+            latency_row("queue", name, value) for name, value in report.queues.items()
+        ],
     }
+
+
+def per_bucket(minutes: int) -> str:
+    """A chart's bucket as its heading says it: "2 minutes", "hour", "6 hours"."""
+    if minutes < 60:
+        return f"{minutes} minutes" if minutes > 1 else "minute"
+    hours = minutes // 60
+    return f"{hours} hours" if hours > 1 else "hour"
+
+
+#: How the dashboard names each span in its headings.
+SPAN_LABELS = {"hour": "last hour", "day": "last 24 hours", "week": "last 7 days"}
 
 
 def queue_numbers(status: QueueStatus) -> dict[str, Any]:
@@ -207,25 +305,22 @@ def total_row(queues: list[QueueStatus]) -> dict[str, Any]:
     }
 
 
-def kind_row(latency: KindLatency) -> dict[str, Any]:
-    """A kind's last hour: its runs, and its queue wait and run time at p50 and p95."""
-    row: dict[str, Any] = {"kind": latency.kind, "runs": latency.runs}
-    for name in ("wait_p50_s", "wait_p95_s", "run_p50_s", "run_p95_s"):
-        seconds = getattr(latency, name)
-        row[name] = None if seconds is None or seconds == float("inf") else seconds
-        row[f"{name}_label"] = latency_label(seconds)
+def latency_row(field: str, name: str, latency: Latency) -> dict[str, Any]:
+    """A queue's or kind's span: its runs, and its queue wait and run time at p50 and
+    p95 (the numbers, and labels as the table shows them)."""
+    row: dict[str, Any] = {field: name, **latency_numbers(latency)}
+    for key in ("wait_p50_s", "wait_p95_s", "run_p50_s", "run_p95_s"):
+        row[f"{key}_label"] = latency_label(getattr(latency, key))
     return row
 
 
-def latency_label(seconds: float | None) -> str:
-    """A histogram bound as a person reads it: "≤ 25 ms", "≤ 2.5 s", "> 1 h"."""
-    if seconds is None:
-        return "-"
-    if seconds == float("inf"):
-        return "> 1 h"
-    if seconds < 1:
-        return f"≤ {seconds * 1000:g} ms"
-    return f"≤ {labels.age(seconds)}" if seconds >= 60 else f"≤ {seconds:g} s"
+def latency_numbers(latency: Latency) -> dict[str, Any]:
+    """A Latency as JSON holds it: seconds, None where no job ran or past the last bound."""
+    numbers: dict[str, Any] = {"runs": latency.runs}
+    for key in ("wait_p50_s", "wait_p95_s", "run_p50_s", "run_p95_s"):
+        seconds = getattr(latency, key)
+        numbers[key] = None if seconds is None or seconds == float("inf") else seconds
+    return numbers
 
 
 def _count_label(value: Count, status: QueueStatus, field: str) -> str:

@@ -1,5 +1,4 @@
-"""The counts at a glance above the lists, with their links, and the throughput chart
-(inline SVG: axes, legend, one series per ending)."""
+"""The counts at a glance above the lists, with their links and the last hour's chart."""
 
 from __future__ import annotations
 
@@ -8,14 +7,12 @@ from urllib.parse import urlencode
 
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils import timezone
-from django.utils.html import escape, format_html, format_html_join
-from django.utils.safestring import SafeString, mark_safe
 
 from django_pgjobs import labels
+from django_pgjobs.admin.charts import throughput_chart
 from django_pgjobs.managers.workers import unserved_queues
-from django_pgjobs.models import JobStats, QueueControl, Worker
-from django_pgjobs.records import Count, QueueStatus, ThroughputPoint
+from django_pgjobs.models import QueueControl, Worker
+from django_pgjobs.records import Count, QueueStatus
 
 #: Where a request keeps its queues' statuses once read.
 _STATUSES = "_pgjobs_queue_statuses"
@@ -40,7 +37,7 @@ def glance_context(request: HttpRequest) -> dict[str, Any]:
         "glance_summary": glance_summary(statuses),
         # dashboard_warnings.html says it, as on the dashboard and the workers list.
         "unserved": unserved_queues(statuses, Worker.objects.status()),
-        "chart": throughput_chart(height=100),
+        "chart": throughput_chart("hour", height=100),
     }
 
 
@@ -102,103 +99,3 @@ def glance_row(status: QueueStatus) -> dict[str, Any]:
         "status": status,
         "links": queue_links(status.queue),
     }
-
-
-#: The chart's series: the ThroughputPoint field, its legend, its colour.
-CHART_SERIES = (
-    ("succeeded", "done", "#3a7"),
-    ("retried", "retried", "#e90"),
-    ("dead", "dead-lettered", "#c33"),
-    ("cancelled", "cancelled", "#888"),
-)
-
-
-def throughput_chart(buckets: int = 60, bucket_min: int = 1, height: int = 150) -> SafeString:
-    """Jobs done, retried, dead-lettered and cancelled per bucket, as stacked bars in
-    an inline SVG with a time axis, a count axis and a legend."""
-    series = JobStats.objects.throughput(buckets, bucket_min=bucket_min)
-    return render_chart(series, bucket_min, height)
-
-
-def render_chart(series: list[ThroughputPoint], bucket_min: int, height: int) -> SafeString:
-    width, left, bottom, top = 640, 36, 20, 8
-    plot_w, plot_h = width - left - 24, height - bottom - top
-    peak = max([sum(getattr(p, f) for f, _, _ in CHART_SERIES) for p in series] + [1])
-    scale = _nice_ceiling(peak)
-    step = plot_w / max(len(series), 1)
-    bar = max(step * 0.7, 1.0)
-    parts = [
-        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
-        'stroke="#999"/>',
-        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#999"/>',
-    ]
-    for fraction in (0.0, 0.5, 1.0):
-        y = top + plot_h - fraction * plot_h
-        parts.append(
-            f'<text x="{left - 4}" y="{y + 3:.1f}" text-anchor="end">'
-            f"{round(scale * fraction):,}</text>"
-        )
-        if fraction:
-            parts.append(
-                f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" '
-                'stroke="#ddd" stroke-dasharray="2,3"/>'
-            )
-    label_every = max(len(series) // 6, 1)
-    for index, point in enumerate(series):
-        x = left + index * step + (step - bar) / 2
-        y = top + plot_h
-        title = [f"{timezone.localtime(point.at):%H:%M}"]
-        for field, legend, colour in CHART_SERIES:
-            value = getattr(point, field)
-            title.append(f"{value:,} {legend}")
-            if not value:
-                continue
-            h = value / scale * plot_h
-            y -= h
-            parts.append(
-                f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{h:.1f}" '
-                f'fill="{colour}" class="pgjobs-{field}"/>'
-            )
-        parts.append(
-            f'<rect x="{left + index * step:.1f}" y="{top}" width="{step:.1f}" '
-            f'height="{plot_h}" fill="transparent"><title>{escape(", ".join(title))}</title></rect>'
-        )
-        if index % label_every == 0 or index == len(series) - 1:
-            parts.append(
-                f'<text x="{left + index * step + step / 2:.1f}" y="{height - 5}" '
-                f'text-anchor="middle">{timezone.localtime(point.at):%H:%M}</text>'
-            )
-    totals = {field: sum(getattr(p, field) for p in series) for field, _, _ in CHART_SERIES}
-    span = (
-        f"last {len(series) * bucket_min // 60} h" if bucket_min > 1 else f"last {len(series)} min"
-    )
-    legend = format_html_join(
-        " ",
-        '<span class="pgjobs-legend"><svg width="10" height="10"><rect width="10" '
-        'height="10" fill="{}"/></svg> {}: {}</span>',
-        ((colour, legend, f"{totals[field]:,}") for field, legend, colour in CHART_SERIES),
-    )
-    per = "minute" if bucket_min == 1 else f"{bucket_min} min"
-    return format_html(
-        '<svg class="pgjobs-chart" viewBox="0 0 {} {}" width="{}" height="{}" role="img" '
-        'aria-label="jobs per {}, {}">{}</svg><div class="pgjobs-chart-legend">{}: {}</div>',
-        width,
-        height,
-        width,
-        height,
-        per,
-        span,
-        mark_safe("".join(parts)),
-        span,
-        legend,
-    )
-
-
-def _nice_ceiling(value: int) -> int:
-    """The smallest of 1, 2, 5 times 10^n at least `value`, so that the axis reads well."""
-    magnitude = 1
-    while True:
-        for factor in (1, 2, 5):
-            if factor * magnitude >= value:
-                return factor * magnitude
-        magnitude *= 10

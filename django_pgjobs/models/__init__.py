@@ -23,7 +23,13 @@ from django_pgjobs.models.stats import (
     JobStats as JobStats,
 )
 from django_pgjobs.models.stats import (
+    JobStatsHour as JobStatsHour,
+)
+from django_pgjobs.models.stats import (
     KindStats as KindStats,
+)
+from django_pgjobs.models.stats import (
+    KindStatsHour as KindStatsHour,
 )
 from django_pgjobs.models.workers import Worker as Worker  # the worker registry
 from django_pgjobs.models.workflows import (  # the tables of workflows (S29-S31)

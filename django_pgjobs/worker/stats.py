@@ -1,5 +1,5 @@
 """What a worker counts: its life's counters (the status line) and the per-minute counts
-it adds to `pgjobs_stats` (the admin's chart)."""
+it adds to `pgjobs_stats` and `pgjobs_kind_stats` (the dashboard's charts)."""
 
 from __future__ import annotations
 
@@ -50,14 +50,15 @@ _COLUMN = {SUCCEEDED: 0, RETRIED: 1, CANCELLED: 3}
 
 class MinuteCounts:
     """Per queue, the jobs finished, retried, dead-lettered and cancelled since the last
-    write to `pgjobs_stats`, and per kind the runs' queue wait and run time histograms
-    (`pgjobs_kind_stats`), written every STATS_INTERVAL_S (and once at the end)."""
+    write to `pgjobs_stats`, and per queue and kind the runs' queue wait and run time
+    histograms (`pgjobs_kind_stats`), written every STATS_INTERVAL_S (and once at the end)."""
 
     def __init__(self, using: str) -> None:
         self.using = using
         self._counts: dict[str, list[int]] = {}
-        #: Per kind: runs, then the wait histogram's buckets, then the run time's.
-        self._kinds: dict[str, list[int]] = {}
+        #: Per queue and kind: runs, then the wait histogram's buckets, then the run
+        #: time's.
+        self._kinds: dict[tuple[str, str], list[int]] = {}
         self._next_at = time.monotonic() + STATS_INTERVAL_S
 
     def count(self, outcome: Outcome) -> None:
@@ -70,9 +71,10 @@ class MinuteCounts:
             counts = self._counts[outcome.handle.queue] = [0, 0, 0, 0]
         counts[_COLUMN.get(ended, 2)] += 1
         handle = outcome.handle
-        latencies = self._kinds.get(handle.kind)
+        key = (handle.queue, handle.kind)
+        latencies = self._kinds.get(key)
         if latencies is None:
-            latencies = self._kinds[handle.kind] = [0] * (1 + 2 * _BUCKETS)
+            latencies = self._kinds[key] = [0] * (1 + 2 * _BUCKETS)
         latencies[0] += 1
         # Both ends of the wait are the database's timestamps (S22); a rerun's run_after
         # may come after the claim that ran it: no wait.
@@ -87,7 +89,7 @@ class MinuteCounts:
         self._next_at = now + STATS_INTERVAL_S
         counts = {queue: (c[0], c[1], c[2], c[3]) for queue, c in self._counts.items()}
         kinds = {
-            kind: (k[0], k[1 : 1 + _BUCKETS], k[1 + _BUCKETS :]) for kind, k in self._kinds.items()
+            key: (k[0], k[1 : 1 + _BUCKETS], k[1 + _BUCKETS :]) for key, k in self._kinds.items()
         }
         self._counts, self._kinds = {}, {}
         try:

@@ -130,7 +130,7 @@ def test_the_dashboard_follows_the_queue_and_the_workers_without_a_reload(
         what="one live worker",
     )
     assert driver.execute_script("return window.pgjobsNotReloaded === true;")
-    assert "done: " in text_of(driver, "#pgjobs-chart-hour")
+    assert "done: " in text_of(driver, "#pgjobs-chart-throughput")
     shoot_widths(driver, "08-dashboard")
     # The refresh control: off is kept across a reload, and stops the updates.
     Select(driver.find_element(By.ID, "pgjobs-every")).select_by_value("0")
@@ -143,6 +143,32 @@ def test_the_dashboard_follows_the_queue_and_the_workers_without_a_reload(
     time.sleep(7)  # past the 5 s refresh it would have had: none came ("Updated at")
     assert text_of(driver, "#pgjobs-refreshed") == ""
     Select(driver.find_element(By.ID, "pgjobs-every")).select_by_value("5")
+
+    # Issue 29, item 12: the span and the queue are chosen from selects; the page, its
+    # charts and tables, and its refreshes follow them.
+    eventually(
+        lambda: bool(driver.find_elements(By.CSS_SELECTOR, "#pgjobs-latency-kinds .pgjobs-kind")),
+        what="the worker's histograms written",
+    )
+    Select(driver.find_element(By.ID, "pgjobs-span")).select_by_value("week")
+    WebDriverWait(driver, 15).until(expected_conditions.url_contains("span=week"))
+    Select(driver.find_element(By.ID, "pgjobs-scope-queue")).select_by_value("demo")
+    WebDriverWait(driver, 15).until(expected_conditions.url_contains("queue=demo"))
+    assert "last 7 days" in text_of(driver, "#pgjobs-dashboard .pgjobs-dashboard-charts")
+    lines = "#pgjobs-chart-latency polyline, #pgjobs-chart-latency circle"
+    assert driver.find_elements(By.CSS_SELECTOR, lines)
+    assert [
+        row.get_attribute("data-queue")
+        for row in driver.find_elements(By.CSS_SELECTOR, ".pgjobs-latency-queue")
+    ] == ["demo"]
+    eventually(lambda: "Updated at" in text_of(driver, "#pgjobs-refreshed"), what="a refresh")
+    assert "jobs per hour, last 7 days" in (
+        driver.find_element(By.CSS_SELECTOR, "#pgjobs-chart-throughput svg").get_attribute(
+            "aria-label"
+        )
+    )
+    assert driver.find_elements(By.CSS_SELECTOR, lines), "the refresh kept the span's chart"
+    shoot_widths(driver, "16-dashboard-week")
 
     driver.get(f"{site}/admin/django_pgjobs/worker/")
     live = driver.find_elements(By.CSS_SELECTOR, "#result_list .pgjobs-worker-live")

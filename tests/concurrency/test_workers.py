@@ -185,7 +185,7 @@ def test_s32_a_cancelled_running_job_is_counted_as_cancelled_not_done() -> None:
     assert (point.succeeded, point.dead, point.cancelled) == (0, 0, 1)
 
 
-def test_a_worker_keeps_each_kinds_queue_wait_and_run_time() -> None:
+def test_a_worker_keeps_each_queues_and_kinds_queue_wait_and_run_time() -> None:
     from django_pgjobs.models import KindStats
     from tests.helpers import drain
 
@@ -194,8 +194,10 @@ def test_a_worker_keeps_each_kinds_queue_wait_and_run_time() -> None:
     slow = jobs.noop.using(delay=0).enqueue().id
     execute("UPDATE pgjobs_job SET run_after = now() - interval '40 seconds' WHERE id = %s", [slow])
     drain(queues=["default"])
-    [latency] = [k for k in KindStats.objects.latency(60) if k.kind == "tests.noop"]
+    report = KindStats.objects.latency("hour")
+    latency = report.kinds["tests.noop"]
     assert latency.runs == 6
+    assert report.queues["default"].runs >= 6  # kept per queue as well
     assert latency.wait_p50_s is not None and latency.wait_p50_s <= 30
     assert latency.wait_p95_s == 60  # the one that waited 40 s: the bucket up to a minute
     assert latency.run_p95_s is not None and latency.run_p95_s <= 1

@@ -20,7 +20,9 @@ from django_pgjobs.models import (
     Dependency,
     Job,
     JobStats,
+    JobStatsHour,
     KindStats,
+    KindStatsHour,
     QueueControl,
     RateClaim,
     Schedule,
@@ -237,12 +239,23 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
         "dead": [0],
         "cancelled": [0],
     },
-    "THROUGHPUT": {"buckets": 5, "bucket_min": 15},
+    "THROUGHPUT": {"buckets": 5, "bucket_min": 15, "queue": None},
+    "THROUGHPUT_HOURS": {"hours": 168, "queue": "default"},
+    "SUM_STATS_HOURS": {},
+    "SUM_KIND_STATS_HOURS": {},
+    "PRUNE_STATS_HOURS": {"limit": 10, "hours": 192},
+    "PRUNE_KIND_STATS_HOURS": {"limit": 10, "hours": 192},
+    "SPAN_START": {"minutes": 1440, "hours": True},
     "PRUNE_STATS": {"limit": 10},
     "RECORD_KIND_STATS": {
-        "kinds": '[{"kind": "k", "runs": 1, "wait": [1, 0], "run": [0, 1]}]',
+        "kinds": '[{"queue": "q", "kind": "k", "runs": 1, "wait": [1, 0], "run": [0, 1]}]',
     },
-    "KIND_LATENCY": {"minutes": 60},
+    "KIND_STATS_SINCE": {
+        "since": datetime(2026, 12, 6, tzinfo=UTC),
+        "hourly": True,
+        "queue": None,
+        "kind": "k",
+    },
     "PRUNE_KIND_STATS": {"limit": 10},
     "ROLE_PRIVILEGES": {},
     "BUSY_JOBS": {"queues": ["default"]},
@@ -353,6 +366,7 @@ TABLELESS = {
     "HOLD_XID",
     "READ_JOBS_IN_SNAPSHOT",
     "DATABASE_CLOCK",
+    "SPAN_START",
     "LIMIT_LOCK_WAIT",
     "LIMIT_STATEMENT_TIME",
     "CANCEL_STATEMENT",
@@ -406,6 +420,8 @@ def test_statement_names_only_the_models_tables_and_opens_with_a_comment(name: s
         DeadJob,
         JobStats,
         KindStats,
+        JobStatsHour,
+        KindStatsHour,
         QueueControl,
         Schedule,
         RateClaim,
@@ -422,8 +438,8 @@ def test_statement_names_only_the_models_tables_and_opens_with_a_comment(name: s
 def test_no_statement_uses_a_python_timestamp() -> None:
     for name in sql.STATEMENTS:
         params = SAMPLE_PARAMS[name]
-        # The only timestamps a caller passes are an explicit run_after chosen by the user
-        # and cron ticks, computed from the database's clock.
+        # The only timestamps a caller passes are an explicit run_after chosen by the user,
+        # and cron ticks and the dashboard's span starts, read from the database's clock.
         assert {"now", "at", "timestamp"}.isdisjoint(params), name
 
 

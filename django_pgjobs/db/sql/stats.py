@@ -1,4 +1,6 @@
-"""Statements on the per-minute counts the workers keep for the admin's chart."""
+"""Statements on the counts the workers keep for the dashboard: per minute (written by the
+workers), per hour (summed by the sweeper once an hour has ended), and what the charts
+read from both."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ ON CONFLICT (minute, queue) DO UPDATE SET
 THROUGHPUT = """
 -- Jobs done, retried, dead-lettered and cancelled per bucket of %(bucket_min)s minutes over
 -- the last %(buckets)s buckets (the current one last), every bucket present (zero when
--- nothing happened); a bucket starts at a multiple of its size since the hour.
+-- nothing happened); a bucket starts at a multiple of its size since the hour. Of one
+-- queue if %(queue)s is not NULL.
 WITH bounds AS (
     SELECT date_trunc('hour', now())
            + floor(extract(minute FROM now()) / %(bucket_min)s)
@@ -32,6 +35,7 @@ FROM bounds,
                      bounds.current, make_interval(mins => %(bucket_min)s)) AS b(at)
 LEFT JOIN pgjobs_stats AS s
        ON s.minute >= b.at AND s.minute < b.at + make_interval(mins => %(bucket_min)s)
+      AND (%(queue)s::text IS NULL OR s.queue = %(queue)s)
 GROUP BY b.at
 ORDER BY b.at
 """
@@ -47,12 +51,13 @@ WHERE id IN (
 """
 
 RECORD_KIND_STATS = """
--- Add a worker's runs per kind, and its queue-wait and run-time histograms (jsonb lists
--- of counts), to the current minute of each kind, bucket by bucket.
-INSERT INTO pgjobs_kind_stats AS s (minute, kind, runs, wait_hist, run_hist)
-SELECT date_trunc('minute', now()), k.kind, k.runs, k.wait, k.run
-FROM jsonb_to_recordset(%(kinds)s::jsonb) AS k(kind text, runs int, wait jsonb, run jsonb)
-ON CONFLICT (minute, kind) DO UPDATE SET
+-- Add a worker's runs per queue and kind, and their queue-wait and run-time histograms
+-- (jsonb lists of counts), to the current minute of each, bucket by bucket.
+INSERT INTO pgjobs_kind_stats AS s (minute, queue, kind, runs, wait_hist, run_hist)
+SELECT date_trunc('minute', now()), k.queue, k.kind, k.runs, k.wait, k.run
+FROM jsonb_to_recordset(%(kinds)s::jsonb) AS k(queue text, kind text, runs int, wait jsonb,
+                                                run jsonb)
+ON CONFLICT (minute, queue, kind) DO UPDATE SET
     runs = s.runs + excluded.runs,
     wait_hist = (SELECT jsonb_agg(a.n::int + b.n::int ORDER BY i)
                  FROM jsonb_array_elements_text(s.wait_hist) WITH ORDINALITY AS a(n, i)
@@ -64,16 +69,141 @@ ON CONFLICT (minute, kind) DO UPDATE SET
                      USING (i))
 """
 
-KIND_LATENCY = """
--- Per kind over the last %(minutes)s minutes: each histogram bucket's total (queue wait,
--- run time), one row per kind and bucket, in bucket order.
-SELECT s.kind, i, sum(w.n::int)::int, sum(r.n::int)::int
-FROM pgjobs_kind_stats AS s
-CROSS JOIN LATERAL jsonb_array_elements_text(s.wait_hist) WITH ORDINALITY AS w(n, i)
-JOIN LATERAL jsonb_array_elements_text(s.run_hist) WITH ORDINALITY AS r(n, i) USING (i)
-WHERE s.minute > date_trunc('minute', now()) - make_interval(mins => %(minutes)s)
-GROUP BY s.kind, i
-ORDER BY s.kind, i
+KIND_STATS_SINCE = """
+-- The histograms of every queue and kind since %(since)s, one row per minute (or, where
+-- %(hourly)s and the sweeper has summed it, per hour): the hours up to the last summed
+-- one, then the minutes after it, so that no run is counted twice. Optionally of one
+-- queue and of one kind (NULL: all).
+WITH summed AS (
+    SELECT coalesce(max(hour) + interval '1 hour', '-infinity'::timestamptz) AS until
+    FROM pgjobs_kind_stats_hour
+    WHERE %(hourly)s
+)
+SELECT h.hour, h.queue, h.kind, h.wait_hist, h.run_hist
+FROM pgjobs_kind_stats_hour AS h
+WHERE %(hourly)s AND h.hour >= %(since)s
+  AND (%(queue)s::text IS NULL OR h.queue = %(queue)s)
+  AND (%(kind)s::text IS NULL OR h.kind = %(kind)s)
+UNION ALL
+SELECT m.minute, m.queue, m.kind, m.wait_hist, m.run_hist
+FROM pgjobs_kind_stats AS m, summed
+WHERE m.minute >= greatest(%(since)s, summed.until)
+  AND (%(queue)s::text IS NULL OR m.queue = %(queue)s)
+  AND (%(kind)s::text IS NULL OR m.kind = %(kind)s)
+"""
+
+SPAN_START = """
+-- The start of the span of %(minutes)s minutes that ends now, at the start of a minute
+-- (%(hours)s: of an hour), on the database clock.
+SELECT CASE WHEN %(hours)s
+            THEN date_trunc('hour', now()) - make_interval(mins => %(minutes)s - 60)
+            ELSE date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
+       END,
+       now()
+"""
+
+THROUGHPUT_HOURS = """
+-- Jobs done, retried, dead-lettered and cancelled per hour over the last %(hours)s hours
+-- (the current one last), every hour present: the hours the sweeper has summed, then the
+-- minutes after the last of them. Of one queue if %(queue)s is not NULL.
+WITH summed AS (
+    SELECT coalesce(max(hour) + interval '1 hour', '-infinity'::timestamptz) AS until
+    FROM pgjobs_stats_hour
+),
+counts AS (
+    SELECT h.hour AS at, h.succeeded, h.retried, h.dead, h.cancelled
+    FROM pgjobs_stats_hour AS h
+    WHERE h.hour > date_trunc('hour', now()) - make_interval(hours => %(hours)s)
+      AND (%(queue)s::text IS NULL OR h.queue = %(queue)s)
+    UNION ALL
+    SELECT date_trunc('hour', m.minute), m.succeeded, m.retried, m.dead, m.cancelled
+    FROM pgjobs_stats AS m, summed
+    WHERE m.minute >= summed.until
+      AND m.minute > date_trunc('hour', now()) - make_interval(hours => %(hours)s)
+      AND (%(queue)s::text IS NULL OR m.queue = %(queue)s)
+)
+SELECT b.at, coalesce(sum(c.succeeded), 0)::int, coalesce(sum(c.retried), 0)::int,
+       coalesce(sum(c.dead), 0)::int, coalesce(sum(c.cancelled), 0)::int
+FROM generate_series(date_trunc('hour', now()) - make_interval(hours => %(hours)s - 1),
+                     date_trunc('hour', now()), interval '1 hour') AS b(at)
+LEFT JOIN counts AS c ON c.at = b.at
+GROUP BY b.at
+ORDER BY b.at
+"""
+
+SUM_STATS_HOURS = """
+-- Sum each queue's per-minute counts into one row per hour, for the hours after the last
+-- summed one that ended more than two minutes ago (a worker's write of a minute commits
+-- after it); once per hour: a second sweeper's sum conflicts and does nothing.
+INSERT INTO pgjobs_stats_hour (hour, queue, succeeded, retried, dead, cancelled)
+SELECT date_trunc('hour', s.minute), s.queue, sum(s.succeeded), sum(s.retried),
+       sum(s.dead), sum(s.cancelled)
+FROM pgjobs_stats AS s
+WHERE s.minute >= (SELECT coalesce(max(hour) + interval '1 hour', '-infinity'::timestamptz)
+                   FROM pgjobs_stats_hour)
+  AND s.minute < date_trunc('hour', now() - interval '2 minutes')
+GROUP BY 1, 2
+ON CONFLICT (hour, queue) DO NOTHING
+"""
+
+SUM_KIND_STATS_HOURS = """
+-- Sum each queue's and kind's per-minute runs and histograms into one row per hour, for
+-- the hours after the last summed one that ended more than two minutes ago; once per
+-- hour, as SUM_STATS_HOURS.
+WITH minutes AS (
+    SELECT date_trunc('hour', s.minute) AS hour, s.queue, s.kind, s.runs, s.wait_hist,
+           s.run_hist
+    FROM pgjobs_kind_stats AS s
+    WHERE s.minute >= (SELECT coalesce(max(hour) + interval '1 hour',
+                                       '-infinity'::timestamptz)
+                       FROM pgjobs_kind_stats_hour)
+      AND s.minute < date_trunc('hour', now() - interval '2 minutes')
+      AND jsonb_typeof(s.wait_hist) = 'array' AND jsonb_typeof(s.run_hist) = 'array'
+),
+buckets AS (
+    -- A row edited by hand may hold anything: what is not a count counts none.
+    SELECT m.hour, m.queue, m.kind, w.i,
+           sum(CASE WHEN jsonb_typeof(w.n) = 'number'
+                    THEN greatest(least(w.n::numeric, 1e9), 0)::bigint ELSE 0 END) AS waited,
+           sum(CASE WHEN jsonb_typeof(r.n) = 'number'
+                    THEN greatest(least(r.n::numeric, 1e9), 0)::bigint ELSE 0 END) AS ran
+    FROM minutes AS m
+    CROSS JOIN LATERAL jsonb_array_elements(m.wait_hist) WITH ORDINALITY AS w(n, i)
+    JOIN LATERAL jsonb_array_elements(m.run_hist) WITH ORDINALITY AS r(n, i) USING (i)
+    GROUP BY m.hour, m.queue, m.kind, w.i
+),
+runs AS (
+    SELECT hour, queue, kind, least(sum(greatest(runs, 0)), 2147483647)::int AS runs
+    FROM minutes
+    GROUP BY hour, queue, kind
+)
+INSERT INTO pgjobs_kind_stats_hour (hour, queue, kind, runs, wait_hist, run_hist)
+SELECT b.hour, b.queue, b.kind, r.runs, jsonb_agg(b.waited ORDER BY b.i),
+       jsonb_agg(b.ran ORDER BY b.i)
+FROM buckets AS b
+JOIN runs AS r USING (hour, queue, kind)
+GROUP BY b.hour, b.queue, b.kind, r.runs
+ON CONFLICT (hour, queue, kind) DO NOTHING
+"""
+
+PRUNE_STATS_HOURS = """
+-- Delete up to %(limit)s hours of per-queue counts older than %(hours)s hours.
+DELETE FROM pgjobs_stats_hour
+WHERE id IN (
+    SELECT id FROM pgjobs_stats_hour
+    WHERE hour < now() - make_interval(hours => %(hours)s)
+    LIMIT %(limit)s
+)
+"""
+
+PRUNE_KIND_STATS_HOURS = """
+-- Delete up to %(limit)s hours of per-kind histograms older than %(hours)s hours.
+DELETE FROM pgjobs_kind_stats_hour
+WHERE id IN (
+    SELECT id FROM pgjobs_kind_stats_hour
+    WHERE hour < now() - make_interval(hours => %(hours)s)
+    LIMIT %(limit)s
+)
 """
 
 PRUNE_KIND_STATS = """

@@ -1,11 +1,12 @@
 // The dashboard's refresh: every few seconds (as the page's select says: off, 5 s, 30 s;
-// the choice is kept in this browser), while the tab is visible, fetch the JSON view and
-// put its rendered fragments in place. No build step, no library.
+// the choice is kept in this browser), while the tab is visible, fetch the JSON view for
+// the span, queue and kind the page shows and put its rendered fragments in place; a
+// change of span, queue or kind shows the page for it. No build step, no library.
 (function () {
   "use strict";
   var root = document.getElementById("pgjobs-dashboard");
   if (!root) return;
-  var url = root.dataset.url;
+  var url = root.dataset.url + window.location.search;
   var every = Math.max(1, Number(root.dataset.every) || 5) * 1000;
   var chooser = document.getElementById("pgjobs-every");
   var KEPT = "pgjobs.dashboard.every";
@@ -16,9 +17,15 @@
     queues: "pgjobs-queues",
     workers: "pgjobs-workers",
     kinds: "pgjobs-kinds",
-    hour: "pgjobs-chart-hour",
-    day: "pgjobs-chart-day"
+    throughput: "pgjobs-chart-throughput",
+    latency: "pgjobs-chart-latency"
   };
+  var scope = document.getElementById("pgjobs-scope");
+  if (scope) {
+    scope.querySelectorAll("select").forEach(function (select) {
+      select.addEventListener("change", function () { scope.submit(); });
+    });
+  }
 
   function refresh() {
     fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
