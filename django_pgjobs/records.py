@@ -7,7 +7,7 @@ that shows it (`labels`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -310,6 +310,23 @@ class WorkerStatus:
     asked: str | None = None
     asked_by: str | None = None
     asked_at: datetime | None = None
+    #: The queues an operator paused on it alone: each with who paused it ("by") and
+    #: when ("at", ISO 8601).
+    paused_queues: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def claiming(self) -> list[str]:
+        """The queues it claims from: its queues but those paused on it alone."""
+        return [queue for queue in self.queues if queue not in self.paused_queues]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerAsked:
+    """What a heartbeat read of what operators asked of its worker: to go quiet or stop
+    (`asked`: None, "quiet", "stop"), and the queues paused on it alone."""
+
+    asked: str | None = None
+    paused_queues: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,12 @@ from django.db.models.functions import Now
 from django.http import (
     HttpRequest,
     HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseRedirect,
 )
-from django.urls import reverse
+from django.shortcuts import get_object_or_404
+from django.urls import URLPattern, path, reverse
+from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -31,7 +35,7 @@ from django_pgjobs.admin.common import (
     relative_time,
 )
 from django_pgjobs.conf import pgjobs_settings
-from django_pgjobs.managers.workers import unserved_queues
+from django_pgjobs.managers.workers import paused_queues, unserved_queues
 from django_pgjobs.models import Job, QueueControl, Worker
 from django_pgjobs.states import WorkerAsk
 
@@ -41,7 +45,8 @@ class WorkerAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ig
     """The workers as they last reported themselves: live, stopped, or gone (3 missed
     heartbeats by the database clock), and what each runs now. Its rows are read only;
     with the control_worker permission, an operator asks workers to go quiet (claim no
-    more jobs), to stop after their running jobs, or to run again, which each obeys at
+    more jobs), to stop after their running jobs, or to run again, and, on a worker's
+    page, pauses one of its queues on it alone (Oban's per-node pause); each obeys at
     its next heartbeat."""
 
     list_display = (
@@ -79,6 +84,7 @@ class WorkerAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ig
     readonly_fields = ("liveness", "running_now", "queues_served")
     ordering = ("-started_at", "id")
     change_list_template = "admin/django_pgjobs/worker_change_list.html"
+    change_form_template = "admin/django_pgjobs/worker_change_form.html"
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # workers register themselves
@@ -112,6 +118,80 @@ class WorkerAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ig
         unserved = unserved_queues(QueueControl.objects.status(), Worker.objects.status())
         context = {"title": "Workers", "unserved": unserved}
         return super().changelist_view(request, {**(extra_context or {}), **context})
+
+    def get_urls(self) -> list[URLPattern]:
+        own = [
+            path(
+                "<path:object_id>/queues/",
+                self.admin_site.admin_view(self.queue_here_view),
+                name="django_pgjobs_worker_queues",
+            )
+        ]
+        return own + super().get_urls()
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        context = dict(extra_context or {})
+        status = Worker.objects.status_of(object_id)
+        if status is not None:
+            may = self.has_control_permission(request) and status.stopped_at is None
+            context["queues_here"] = [
+                queue_here(status.queues, status.paused_queues, queue, may)
+                for queue in status.queues
+            ]
+            context["queues_url"] = reverse("admin:django_pgjobs_worker_queues", args=[object_id])
+        return super().change_view(request, object_id, form_url, context)
+
+    def queue_here_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Pause one of a worker's queues on it alone, or resume it there: POST only,
+        with the control_worker permission, logged."""
+        page = reverse("admin:django_pgjobs_worker_change", args=[object_id])
+        if request.method != "POST":
+            return HttpResponseRedirect(page)
+        worker = get_object_or_404(Worker, pk=object_id)
+        if not self.has_control_permission(request):
+            self.message_user(
+                request,
+                f"Refused: you may not pause or resume queues on worker {worker.id}; "
+                "that needs the permission to control workers.",
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(page)
+        queue, paused = request.POST.get("queue", ""), request.POST.get("paused")
+        if queue not in (worker.queues or []) or paused not in ("0", "1"):
+            return HttpResponseBadRequest(
+                "Give one of the worker's queues (queue) and paused=1 or paused=0.",
+                content_type="text/plain",
+            )
+        pause = paused == "1"
+        who = request.user.get_username()
+        done = Worker.objects.pause_on([worker.id], queue, paused=pause, by=who)
+        what = "paused" if pause else "resumed"
+        if not done:
+            self.message_user(
+                request,
+                f"Queue {queue} was already {what} on worker {worker.id}, or the worker "
+                "has stopped: nothing was changed.",
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(page)
+        audit.log_one(
+            request, Worker, worker.id, worker.id, f"{what.capitalize()} queue {queue} here."
+        )
+        heartbeat = pgjobs_settings.WORKER_HEARTBEAT
+        self.message_user(
+            request,
+            f"Queue {queue} {what} on worker {worker.id} alone: it obeys at its next "
+            f"heartbeat (every {heartbeat:g} s)"
+            + ("; the other workers still claim its jobs." if pause else "."),
+            messages.SUCCESS,
+        )
+        return HttpResponseRedirect(page)
 
     @admin.display(description="state")
     def liveness(self, obj: Worker) -> SafeString:
@@ -172,8 +252,13 @@ class WorkerAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ig
         self.message_user(request, text, messages.SUCCESS if done else messages.WARNING)
 
     @admin.display(description="queues")
-    def queues_served(self, obj: Worker) -> str:
-        return ", ".join(obj.queues or [])
+    def queues_served(self, obj: Worker) -> SafeString:
+        paused = paused_queues(obj.paused_queues)
+        return format_html_join(
+            ", ",
+            "{}{}",
+            ((queue, " (paused here)" if queue in paused else "") for queue in obj.queues or []),
+        )
 
     @admin.display(description="started", ordering="started_at")
     def started(self, obj: Worker) -> SafeString:
@@ -231,3 +316,28 @@ def worker_state(obj: Worker) -> str:
     if seen_ago is None or seen_ago.total_seconds() > 3 * obj.heartbeat_s:
         return "gone"
     return "live"
+
+
+def queue_here(
+    queues: list[str], paused: dict[str, dict[str, str]], queue: str, may_control: bool
+) -> dict[str, Any]:
+    """A row of a worker's page's queues: claimed from here, or paused here by whom and
+    since when, with the button that turns it (for those who may)."""
+    how = paused.get(queue)
+    if how is None:
+        state: SafeString | str = "claiming"
+    else:
+        at = parse_datetime(how.get("at", "") or "")
+        state = format_html(
+            "paused here by {} since {}",
+            how.get("by") or "?",
+            relative_time(at, None) if at else "?",
+        )
+    return {
+        "queue": queue,
+        "state": state,
+        "paused": how is not None,
+        "may": may_control,
+        "to": "0" if how is not None else "1",
+        "button": "Resume here" if how is not None else "Pause here",
+    }

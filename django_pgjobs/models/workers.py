@@ -58,6 +58,14 @@ class Worker(models.Model):
     )
     asked_by = models.TextField(null=True, blank=True, help_text="Who asked it.")
     asked_at = models.DateTimeField(null=True, blank=True)
+    paused_queues = models.JSONField(
+        null=True,
+        blank=True,
+        help_text=(
+            "The queues an operator paused on this worker only, each with who paused it and "
+            'when ({"mail": {"by": "alice", "at": "…"}}); obeyed at its next heartbeat.'
+        ),
+    )
 
     objects: ClassVar[managers.WorkerManager] = managers.WorkerManager()
 

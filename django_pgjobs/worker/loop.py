@@ -27,6 +27,7 @@ from django_pgjobs.claims import JobHandle, Verdict, run_after_recorded
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.models import Job, QueueControl
+from django_pgjobs.records import WorkerAsked
 from django_pgjobs.states import WorkerAsk
 from django_pgjobs.worker import announce
 from django_pgjobs.worker.completer import Completer
@@ -158,6 +159,10 @@ class Worker:
         self.pacing = Pacing(
             concurrency=concurrency, prefetch=prefetch, poll_interval=self.options.poll_interval
         )
+        #: What operators asked at the last heartbeat: quiet, and the queues it claims
+        #: from (its queues but those paused on it alone).
+        self._asked_quiet = False
+        self.claiming: tuple[str, ...] = tuple(self.options.queues)
         self.faults = Faults(using, on_failure=self.pacing.look_again)
         self.wakeup = Wakeup(
             using=using, listen=self.options.listen, poll_interval=self.options.poll_interval
@@ -222,22 +227,37 @@ class Worker:
         )
         return services
 
-    def _on_asked(self, asked: str | None) -> None:
-        """What an operator asked of this worker, read at its heartbeat (the registry's
+    def _on_asked(self, asked: WorkerAsked) -> None:
+        """What operators asked of this worker, read at its heartbeat (the registry's
         thread): stop (as SIGTERM does: no more claims, the running jobs get the grace
-        period), go quiet (claim no more jobs), or run again."""
-        if asked == WorkerAsk.STOP:
+        period), go quiet (claim no more jobs), or run again; and which of its queues are
+        paused on it alone (it claims from the others; from none: as a quiet worker)."""
+        if asked.asked == WorkerAsk.STOP:
             if not self.stopping.requested.is_set():
                 logger.warning("asked to stop from the console: stopping after the running jobs")
             self.stop()
-        elif self.pacing.quiet != (asked == WorkerAsk.QUIET):
-            self.pacing.quiet = asked == WorkerAsk.QUIET
+            return
+        quiet = asked.asked == WorkerAsk.QUIET
+        claiming = tuple(q for q in self.options.queues if q not in asked.paused_queues)
+        changed = False
+        if quiet != self._asked_quiet:
+            self._asked_quiet, changed = quiet, True
             logger.warning(
                 "%s",
                 "asked to go quiet from the console: claiming no more jobs"
-                if self.pacing.quiet
+                if quiet
                 else "asked to run again from the console: claiming jobs",
             )
+        if claiming != self.claiming:
+            self.claiming, changed = claiming, True
+            paused = [q for q in self.options.queues if q not in claiming]
+            logger.warning(
+                "queues paused on this worker alone: %s; claiming from: %s",
+                ", ".join(paused) or "none",
+                ", ".join(claiming) or "none",
+            )
+        self.pacing.quiet = quiet or not claiming
+        if changed:
             self.wakeup.wake()
 
     # Lifecycle ---------------------------------------------------------------------
@@ -412,7 +432,7 @@ class Worker:
         places = free - threads
         if not pacing.maybe_more or free <= 0 or self.faults.waiting(now):
             return
-        using, queues = self.options.using, self.options.queues
+        using, queues = self.options.using, self.claiming
         try:
             Job.objects.tune_worker_connection(using=using)
             asked_at = time.monotonic()

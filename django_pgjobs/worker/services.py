@@ -18,6 +18,7 @@ from django_pgjobs.db import connection as db
 from django_pgjobs.exceptions import InvalidJobOption
 from django_pgjobs.maintenance import Sweeper, TableCare
 from django_pgjobs.models import Job, Worker
+from django_pgjobs.records import WorkerAsked
 from django_pgjobs.scheduler import Scheduler
 from django_pgjobs.worker.faults import RECONNECT_BACKOFF_CAP_S, describe, is_outage
 from django_pgjobs.worker.stats import WorkerStats
@@ -152,13 +153,14 @@ class RegistryService(BackgroundService):
         queues: Sequence[str],
         concurrency: int,
         stats: WorkerStats,
-        on_asked: Callable[[str | None], None] = lambda asked: None,
+        on_asked: Callable[[WorkerAsked], None] = lambda asked: None,
     ) -> None:
         super().__init__(using=using)
         from django_pgjobs import __version__
 
         self.interval = interval
-        #: Told, at each heartbeat, what an operator asked of this worker (None: run).
+        #: Told, at each heartbeat, what operators asked of this worker: to go quiet or
+        #: stop, and the queues paused on it alone.
         self.on_asked = on_asked
         self.worker_id = worker_id
         self.stats = stats

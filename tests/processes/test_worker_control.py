@@ -6,6 +6,7 @@ who asked. With NOTIFY and without (the PgBouncer setup), a job running meanwhil
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -113,3 +114,53 @@ def test_a_worker_asked_to_go_quiet_claims_nothing_until_asked_to_run_again_then
         f"Asked 1 worker to run again: {worker_id}.",
         f"Asked 1 worker to stop: {worker_id}.",
     ]
+
+
+def test_a_queue_paused_on_one_worker_alone_runs_on_the_others_until_resumed(
+    workers: Workers, notify: bool
+) -> None:
+    """Oban's per-node pause: worker A serves queues a and b, worker B serves a. With a
+    paused on A from A's page, every job of a runs on B, A still runs b's; with B gone
+    too, a's jobs wait (and the console says no live worker serves a); resumed on A,
+    they run there. A job of a running on A when paused runs to its end."""
+    env = {"PGJOBS_WORKER_HEARTBEAT": str(HEARTBEAT_S)}
+    first = workers.start("--queue", "a", "--queue", "b", "--worker-id", "ctl:a:1", extra_env=env)
+    second = workers.start("--queue", "a", "--worker-id", "ctl:b:1", extra_env=env)
+    wait_for(lambda: Worker.objects.filter(stopped_at=None).count() == 2, what="registration")
+    long = Job.objects.enqueue("tests.record", {"label": "long", "sleep": 2}, queue="a").id
+    wait_for(lambda: count("tests_note") == 1, timeout=15, what="the long job to start")
+    [(holder,)] = execute("SELECT worker FROM tests_note")
+
+    client = operator("ops", "control_worker")
+    action = reverse("admin:django_pgjobs_worker_queues", args=["ctl:a:1"])
+    response = client.post(action, {"queue": "a", "paused": "1"}, follow=True)
+    assert "Queue a paused on worker ctl:a:1 alone" in response.content.decode()
+    wait_for(
+        lambda: "queues paused on this worker alone: a; claiming from: b" in first.output(),
+        timeout=30,
+        what="worker A to hear its queue a was paused on it",
+    )
+    wait_for(lambda: count("pgjobs_job", f"id = {long}") == 0, timeout=15, what="the long job")
+    for n in range(6):
+        Job.objects.enqueue("tests.record", {"label": f"a{n}"}, queue="a")
+    Job.objects.enqueue("tests.record", {"label": "b"}, queue="b")
+    wait_for(lambda: count("pgjobs_job") == 0, timeout=30, what="the jobs of a and b to run")
+    ran = dict(execute("SELECT text, worker FROM tests_note WHERE text <> 'long'"))
+    assert ran.pop("b") == "ctl:a:1"
+    assert set(ran.values()) == {"ctl:b:1"}, ran  # none of a on the worker it is paused on
+    assert holder in ("ctl:a:1", "ctl:b:1")
+
+    second.signal(signal.SIGTERM)
+    assert second.wait(30) == 0, second.output()
+    waiting = Job.objects.enqueue("tests.record", {"label": "waits"}, queue="a").id
+    time.sleep(6 * HEARTBEAT_S)
+    assert execute("SELECT state FROM pgjobs_job WHERE id = %s", [waiting]) == [("pending",)]
+    assert (
+        "No live worker serves a, which has runnable jobs" in client.get(WORKERS).content.decode()
+    )
+
+    client.post(action, {"queue": "a", "paused": "0"})
+    wait_for(lambda: count("pgjobs_job") == 0, timeout=30, what="a's job, once resumed on A")
+    assert execute("SELECT worker FROM tests_note WHERE text = 'waits'") == [("ctl:a:1",)]
+    logged = [entry.change_message for entry in LogEntry.objects.order_by("id")]
+    assert logged == ["Paused queue a here.", "Resumed queue a here."]

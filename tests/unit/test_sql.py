@@ -231,6 +231,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "LIST_WORKERS": {},
     "WORKER_STATUS": {"id": "vm:1:abc"},
     "ASK_WORKERS": {"ids": ["vm:1:abc"], "asked": "quiet", "by": "alice"},
+    "PAUSE_ON_WORKERS": {"ids": ["vm:1:abc"], "queue": "mail", "paused": True, "by": "alice"},
     "PRUNE_WORKERS": {"limit": 10},
     "RECORD_STATS": {
         "queues": ["default"],

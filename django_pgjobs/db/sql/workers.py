@@ -5,8 +5,9 @@ from __future__ import annotations
 HEARTBEAT_WORKER = """
 -- Register a worker, or refresh its row: last seen now (database clock), its counters,
 -- and whether its claims read from their queues' floors (S42). Returns what an operator
--- asked of it (NULL: nothing; 'quiet', 'stop'): asked of this process, never of an earlier
--- one that had the same id (a fixed --worker-id restarted: another pid, or a stopped row).
+-- asked of it (NULL: nothing; 'quiet', 'stop') and the queues paused on it alone: of this
+-- process, never of an earlier one that had the same id (a fixed --worker-id restarted:
+-- another pid, or a stopped row).
 INSERT INTO pgjobs_worker AS w (id, host, pid, queues, concurrency, version, heartbeat_s,
                                 running, succeeded, failed, abandoned, claims_from_floors)
 VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, %(version)s,
@@ -15,6 +16,9 @@ VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, %(version
 ON CONFLICT (id) DO UPDATE SET
     asked = CASE WHEN w.stopped_at IS NULL AND w.pid = excluded.pid AND w.host = excluded.host
                  THEN w.asked END,
+    paused_queues = CASE WHEN w.stopped_at IS NULL AND w.pid = excluded.pid
+                              AND w.host = excluded.host
+                         THEN w.paused_queues END,
     host = excluded.host,
     pid = excluded.pid,
     last_seen_at = now(),
@@ -24,7 +28,7 @@ ON CONFLICT (id) DO UPDATE SET
     failed = excluded.failed,
     abandoned = excluded.abandoned,
     claims_from_floors = excluded.claims_from_floors
-RETURNING w.asked
+RETURNING w.asked, w.paused_queues
 """
 
 ASK_WORKERS = """
@@ -38,11 +42,33 @@ WHERE id = ANY(%(ids)s::text[]) AND stopped_at IS NULL
 RETURNING id
 """
 
+#: The queues paused on a worker as an object (a value edited by hand into anything else:
+#: none).
+_PAUSED_HELD = (
+    "(CASE WHEN jsonb_typeof(paused_queues) = 'object' THEN paused_queues ELSE '{}'::jsonb END)"
+)
+
+PAUSE_ON_WORKERS = f"""
+-- Pause the queue %(queue)s on the workers %(ids)s alone (%(paused)s; else resume it there),
+-- for %(by)s: those that have not stopped, claim from it, and are not already so; each
+-- obeys at its next heartbeat. Returns the ids changed.
+UPDATE pgjobs_worker
+SET paused_queues = CASE
+        WHEN %(paused)s THEN {_PAUSED_HELD} || jsonb_build_object(
+            %(queue)s::text, jsonb_build_object('by', %(by)s::text, 'at', now()))
+        ELSE nullif({_PAUSED_HELD} - %(queue)s::text, '{{}}'::jsonb)
+    END
+WHERE id = ANY(%(ids)s::text[]) AND stopped_at IS NULL
+  AND queues ? %(queue)s::text
+  AND ({_PAUSED_HELD} ? %(queue)s::text) <> %(paused)s::boolean
+RETURNING id
+"""
+
 STOP_WORKER = """
 -- Mark a worker stopped (it left on its own), with its final counters; what was asked of
 -- it is done with.
 UPDATE pgjobs_worker
-SET stopped_at = now(), last_seen_at = now(), running = 0, asked = NULL,
+SET stopped_at = now(), last_seen_at = now(), running = 0, asked = NULL, paused_queues = NULL,
     succeeded = %(succeeded)s, failed = %(failed)s
 WHERE id = %(id)s
 """
@@ -52,6 +78,7 @@ WHERE id = %(id)s
 _WORKER_STATUS = """
 SELECT id, host, pid, queues, concurrency, version, heartbeat_s, started_at, last_seen_at,
        stopped_at, running, succeeded, failed, claims_from_floors, asked, asked_by, asked_at,
+       paused_queues,
        (stopped_at IS NULL AND last_seen_at > now() - make_interval(secs => 3 * heartbeat_s))
            AS live,
        extract(epoch FROM now() - last_seen_at)::float8 AS seen_s_ago

@@ -23,6 +23,11 @@ python manage.py jobsctl schedules            # every schedule, its next and las
 python manage.py jobsctl schedules enable nightly    # from its next tick on
 python manage.py jobsctl schedules disable nightly
 python manage.py jobsctl schedules run nightly       # one job now; the next tick stays
+python manage.py jobsctl worker quiet web-1:812:ab12 # claim no more jobs (at its heartbeat)
+python manage.py jobsctl worker stop --host web-1    # every worker on a host: stop after its jobs
+python manage.py jobsctl worker run web-1:812:ab12   # claim again
+python manage.py jobsctl worker pause web-1:812:ab12 emails   # on that worker alone
+python manage.py jobsctl worker resume web-1:812:ab12 emails
 
 With PGJOBS["QUEUE_DATABASES"], each command acts on the database of the queue it names
 and says which; `cancel` and `requeue` find each id's database, and refuse ids that name
@@ -43,7 +48,7 @@ from django.db import DatabaseError
 
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.exceptions import InvalidJobOption
-from django_pgjobs.management.jobsctl import dead, jobs, queues, schedules
+from django_pgjobs.management.jobsctl import dead, jobs, queues, schedules, workers
 from django_pgjobs.management.jobsctl.output import Output
 from django_pgjobs.managers.dead import CATEGORY_FILTERS
 from django_pgjobs.records import COUNT_CAP
@@ -111,7 +116,7 @@ def _subcommand(
 class Command(BaseCommand):
     help = (
         "Show queues, running jobs, dead letters and schedules; pause, resume, limit or "
-        "rate-limit queues; cancel jobs, requeue dead letters, steer schedules."
+        "rate-limit queues; cancel jobs, requeue dead letters, steer schedules and workers."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -257,6 +262,30 @@ class Command(BaseCommand):
                 "names", nargs="+", metavar="NAME", help="schedules (jobsctl schedules lists them)"
             )
 
+        worker = _subcommand(
+            actions,
+            "worker",
+            "Ask workers to go quiet, stop or run again; pause a queue on one worker alone.",
+            "What the console's Workers page does: each worker obeys at its next heartbeat, "
+            "and the registry keeps who asked (jobsctl status shows it).",
+        )
+        steps = worker.add_subparsers(dest="worker_action", required=True, metavar="ACTION")
+        for name, summary in (
+            ("quiet", "Claim no more jobs; the running ones finish."),
+            ("stop", "Claim no more jobs, finish the running ones, exit (not taken back)."),
+            ("run", "Claim jobs again (after quiet)."),
+        ):
+            step = _subcommand(steps, name, summary)
+            step.add_argument("ids", nargs="*", metavar="WORKER", help="worker ids")
+            step.add_argument("--host", help="every running worker on this host")
+        for name, summary in (
+            ("pause", "Pause a queue on this worker alone: the others still claim its jobs."),
+            ("resume", "Resume a queue paused on this worker alone."),
+        ):
+            step = _subcommand(steps, name, summary)
+            step.add_argument("worker_id", metavar="WORKER", help="the worker's id")
+            step.add_argument("queue", metavar="QUEUE", help="one of the worker's queues")
+
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             self._act(Output(self), options)
@@ -290,6 +319,13 @@ class Command(BaseCommand):
             dead.dead(out, filters, limit=options["limit"], as_json=options["json"])
         elif action == "requeue":
             self._requeue(out, options)
+        elif action == "worker":
+            step = options["worker_action"]
+            if step in workers.ASKS:
+                workers.ask(out, step, options["ids"], options["host"])
+            else:
+                paused = step == "pause"
+                workers.pause_here(out, options["worker_id"], options["queue"], paused=paused)
         else:
             self._schedules(out, options.get("schedule_action"), options.get("names") or [])
 

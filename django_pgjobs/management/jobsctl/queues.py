@@ -108,8 +108,11 @@ def workers_table(out: Output, workers: Sequence[WorkerStatus]) -> None:
     rows = [
         (
             worker.id,
-            _worker_state(worker),
-            ",".join(worker.queues),
+            _worker_state(worker) + (f", asked: {worker.asked}" if worker.asked else ""),
+            ",".join(
+                f"{queue} (paused here)" if queue in worker.paused_queues else queue
+                for queue in worker.queues
+            ),
             f"{worker.running} of {worker.concurrency}",
             f"{worker.succeeded:,}",
             f"{worker.failed:,}",
@@ -145,6 +148,9 @@ def _worker_document(worker: WorkerStatus) -> dict[str, Any]:
         "host": worker.host,
         "pid": worker.pid,
         "queues": worker.queues,
+        "paused_here": worker.paused_queues,
+        "asked": worker.asked,
+        "asked_by": worker.asked_by,
         "concurrency": worker.concurrency,
         "running": worker.running,
         "succeeded": worker.succeeded,
