@@ -127,6 +127,18 @@ class BatchCallbackState:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchMember:
+    """A member of a batch (S31): its job, its kind and where it is now ('pending',
+    'running', 'done', 'dead'; None: acked and not kept), and how its end was recorded
+    ('done', 'failed'; None: not ended)."""
+
+    job_id: int
+    kind: str | None
+    state: str | None
+    ended: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class BatchRecord:
     """A batch as stored (S31). `done` and `failed` count the members that ended so far
     (recorded for good at the batch's end); `fired` the callbacks its end released."""

@@ -1,5 +1,6 @@
 """Batches (S31): each with its progress (members done and failed of how many) and its
-callbacks, linked to their jobs while they are live. Read only: batches are written by
+callbacks, linked to their jobs while they are live; a batch's page lists its members,
+paged, each with its state and a link to its page. Read only: batches are written by
 `batch()` and end with their last member."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
 from django.db.models.functions import Now
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -22,9 +23,10 @@ from django_pgjobs.admin.common import (
     refuse_unoffered_filters,
     relative_time,
 )
+from django_pgjobs.dependencies import MAX_JOB_ID
 from django_pgjobs.managers.batches import read_batch
 from django_pgjobs.models import Batch
-from django_pgjobs.records import BatchRecord
+from django_pgjobs.records import BatchMember, BatchRecord
 
 #: Where a callback's job is, as the list says it.
 CALLBACK_STATES = {
@@ -34,6 +36,28 @@ CALLBACK_STATES = {
     "done": "fired, done",
     "dead": "dead",
 }
+
+
+#: Members a batch's page lists at a time.
+MEMBERS_PER_PAGE = 50
+
+
+def member_row(member: BatchMember) -> dict[str, Any]:
+    """A member as the batch's page lists it: its link (none once acked and not kept),
+    its kind, where it is and how its end was recorded."""
+    if member.state is None:
+        where, link = "acked, not kept", None
+    else:
+        where = member.state
+        table = "deadjob" if member.state == "dead" else "job"
+        link = reverse(f"admin:django_pgjobs_{table}_change", args=[member.job_id])
+    return {
+        "id": member.job_id,
+        "kind": member.kind or "-",
+        "state": where,
+        "link": link,
+        "ended": {"done": "done", "failed": "dead or cancelled"}.get(member.ended or "", "not yet"),
+    }
 
 
 @admin.register(Batch)
@@ -46,6 +70,7 @@ class BatchAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ign
     readonly_fields = ("progress", "members_of", "callbacks")
     ordering = ("-id",)
     list_per_page = 50
+    change_form_template = "admin/django_pgjobs/batch_change_form.html"
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # batch() writes batches
@@ -73,6 +98,30 @@ class BatchAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ign
         if refused is not None:
             return refused
         return super().changelist_view(request, extra_context)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """The batch's page, with a page of its members after `?after=` (a member's id)."""
+        after_text = request.GET.get("after", "0")
+        if not (after_text.isascii() and after_text.isdigit()) or int(after_text) > MAX_JOB_ID:
+            return HttpResponseBadRequest(
+                "after is the id of the last member shown: a whole number.",
+                content_type="text/plain",
+            )
+        context = dict(extra_context or {})
+        if object_id.isascii() and object_id.isdigit() and 1 <= int(object_id) <= MAX_JOB_ID:
+            after = int(after_text)
+            page = Batch.objects.members(int(object_id), after=after, limit=MEMBERS_PER_PAGE + 1)
+            context["members_page"] = [member_row(member) for member in page[:MEMBERS_PER_PAGE]]
+            context["members_after"] = after
+            if len(page) > MEMBERS_PER_PAGE:
+                context["members_next"] = page[MEMBERS_PER_PAGE - 1].job_id
+        return super().change_view(request, object_id, form_url, context)
 
     def _record(self, obj: Batch) -> BatchRecord | None:
         """The batch with its live tally and callbacks (one indexed read per row shown)."""

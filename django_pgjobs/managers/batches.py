@@ -22,7 +22,7 @@ from django_pgjobs.dependencies import MAX_JOB_ID
 from django_pgjobs.managers import enqueue as enqueueing
 from django_pgjobs.options import ResolvedJob
 from django_pgjobs.payloads import utf8_size
-from django_pgjobs.records import BatchCallbackState, BatchRecord, EnqueueResult
+from django_pgjobs.records import BatchCallbackState, BatchMember, BatchRecord, EnqueueResult
 
 if TYPE_CHECKING:
     from django_pgjobs.models import Batch  # noqa: F401
@@ -125,6 +125,19 @@ class BatchManager(models.Manager["Batch"]):
     def get_batch(self, batch_id: int, *, using: str | None = None) -> BatchRecord | None:
         """The batch as stored, with its tally so far and its callbacks; None if none."""
         return read_batch(valid_batch_id(batch_id), using)
+
+    def members(
+        self, batch_id: int, *, after: int = 0, limit: int = 50, using: str | None = None
+    ) -> list[BatchMember]:
+        """Up to `limit` of the batch's members with ids above `after`, in id order, each
+        with its kind, state and recorded end: while a callback of the batch keeps its
+        edges (until it is acked). Pages by the last id shown, so that the last page of
+        100,000 members costs what the first does."""
+        params = {"batch": valid_batch_id(batch_id), "after": int(after), "limit": int(limit)}
+        return [
+            BatchMember(int(job_id), kind, state, ended)
+            for job_id, kind, state, ended in db.fetchall(sql.BATCH_MEMBERS, params, using)
+        ]
 
     def prune(self, older_than_s: float, limit: int, *, using: str | None = None) -> int:
         """Delete up to `limit` batches that ended over `older_than_s` ago."""

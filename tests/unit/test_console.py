@@ -648,6 +648,55 @@ def test_a_callbacks_page_shows_its_first_parents_with_their_count_and_a_link_to
     assert "Waited for by 1 job" in member_page
 
 
+def test_a_batchs_page_lists_its_members_paged_with_where_each_is_now(
+    admin_client: Client,
+) -> None:
+    """Issue 29, item 9: the batch page lists its members (state, link, paged by the
+    last id shown) while a callback keeps its edges, and each member's page links back."""
+    from django_pgjobs.batches import Callback, batch
+    from django_pgjobs.models import Batch
+
+    with batch(on_complete=Callback("tests.plain")) as b:
+        for n in range(55):
+            b.add("tests.plain", value=n)
+    members = sorted(member.id for member in b.members)
+    page_url = reverse("admin:django_pgjobs_batch_change", args=[b.id])
+    # Three members end three ways: done (acked, not kept), dead, and running.
+    done = Job.objects.claim_one("default", "w:1:a")
+    assert done is not None and done.id == members[0]
+    done.ack()
+    failed = Job.objects.claim_one("default", "w:1:a")
+    assert failed is not None
+    failed.fail(Failure("no"))
+    running = Job.objects.claim_one("default", "w:1:a")
+    assert running is not None
+
+    first = admin_client.get(page_url).content.decode()
+    rows = re.findall(r'class="pgjobs-member" data-job="(\d+)"', first)
+    assert [int(r) for r in rows] == members[:50]
+    assert f'href="?after={members[49]}"' in first and "Next 50" in first
+    member_row = re.search(rf'data-job="{members[0]}">(.*?)</tr>', first, re.S)
+    assert member_row and "acked, not kept" in member_row[1] and ">done<" in member_row[1]
+    assert f'href="{reverse("admin:django_pgjobs_deadjob_change", args=[failed.id])}"' in first
+    assert f'href="{job_page(running.id)}"' in first
+    dead_row = re.search(rf'data-job="{failed.id}">(.*?)</tr>', first, re.S)
+    assert dead_row and "dead or cancelled" in dead_row[1]
+
+    second = admin_client.get(page_url, {"after": members[49]}).content.decode()
+    rows = re.findall(r'class="pgjobs-member" data-job="(\d+)"', second)
+    assert [int(r) for r in rows] == members[50:] and "Next" not in second
+    assert 'href="?after=0"' in second
+    assert "No member after" in admin_client.get(page_url, {"after": members[-1]}).content.decode()
+    for hostile in ("-1", "x", "9" * 30, "\uff11", ""):
+        assert admin_client.get(page_url, {"after": hostile}).status_code == 400, hostile
+    assert Batch.objects.members(b.id, after=members[-2]) == Batch.objects.members(
+        b.id, after=members[-2], limit=5
+    )
+    # A member's page links its batch.
+    member_page = admin_client.get(job_page(members[5])).content.decode()
+    assert page_url in member_page
+
+
 @pytest.mark.parametrize("value", ["", "x", "-1", "0", "9" * 30, "\uff11"])  # a fullwidth 1
 def test_the_edge_filters_take_only_job_ids(admin_client: Client, value: str) -> None:
     Job.objects.enqueue("tests.plain")

@@ -350,6 +350,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     },
     "SEAL_BATCH": {"batch": 1},
     "END_BATCH_SEAL": {"batch": 1, **WAKE},
+    "BATCH_MEMBERS": {"batch": 1, "after": 0, "limit": 50},
     "BATCH": {"batch": 1},
     "BATCH_OF_JOB": {"id": 1},
     "PRUNE_BATCHES": {"older_than_s": 60.0, "limit": 10},

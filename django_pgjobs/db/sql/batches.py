@@ -160,6 +160,25 @@ LEFT JOIN LATERAL (
 WHERE b.id = %(batch)s
 """
 
+BATCH_MEMBERS = """
+-- A page of batch %(batch)s's members (S31), in id order after %(after)s, %(limit)s of
+-- them: the parents of its first callback that still has its edges (a callback's edges go
+-- when it is acked), each with its kind and state where it is now ('dead' in the dead
+-- table; null: acked and not kept), and how its edge recorded its end.
+SELECT d.parent_id, coalesce(j.kind, x.kind), coalesce(j.state, CASE WHEN x.id IS NOT NULL
+                                                             THEN 'dead' END), d.ended
+FROM pgjobs_dependency AS d
+LEFT JOIN pgjobs_job AS j ON j.id = d.parent_id
+LEFT JOIN pgjobs_dead AS x ON x.id = d.parent_id
+WHERE d.child_id = (SELECT min(c.job_id) FROM pgjobs_batch_callback AS c
+                    WHERE c.batch_id = %(batch)s
+                      AND EXISTS (SELECT 1 FROM pgjobs_dependency AS e
+                                  WHERE e.child_id = c.job_id))
+  AND d.parent_id > %(after)s
+ORDER BY d.parent_id
+LIMIT %(limit)s
+"""
+
 BATCH_OF_JOB = """
 -- The batch job %(id)s belongs to (S31) and how: 'callback', or 'member' (found by its
 -- edge to a callback, kept until the batch ends). No row: none.
