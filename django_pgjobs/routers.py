@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.db import connection as db
 
 #: The apps whose tables live in the jobs database: the queue's, and the chaos run's.
 APP_LABELS = frozenset({"django_pgjobs", "pgjobs_chaos"})
@@ -28,10 +29,11 @@ class JobsRouter:
     """Route django_pgjobs' models to PGJOBS["DATABASE"] and no other database."""
 
     def db_for_read(self, model: type[Any], **hints: Any) -> str | None:
-        return pgjobs_settings.DATABASE if model._meta.app_label in APP_LABELS else None
+        # In a view of the console, the database its selector chose (QUEUE_DATABASES).
+        return db.default_alias() if model._meta.app_label in APP_LABELS else None
 
     def db_for_write(self, model: type[Any], **hints: Any) -> str | None:
-        return pgjobs_settings.DATABASE if model._meta.app_label in APP_LABELS else None
+        return db.default_alias() if model._meta.app_label in APP_LABELS else None
 
     def allow_relation(self, obj1: Any, obj2: Any, **hints: Any) -> bool | None:
         return None

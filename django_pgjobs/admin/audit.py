@@ -14,6 +14,8 @@ from django.db.models import Model
 from django.http import HttpRequest
 
 from django_pgjobs.admin.common import all_matching
+from django_pgjobs.admin.databases import current
+from django_pgjobs.conf import pgjobs_settings
 
 #: A bulk action's entry names the ids it acted on up to this many; past them, the count.
 LISTED_IDS = 20
@@ -101,6 +103,13 @@ def list_filter(request: HttpRequest) -> str:
     return ", ".join(pairs) if pairs else "none (every row)"
 
 
+def database_tag(database: str | None = None) -> str:
+    """What an entry's message ends with when it is of a database other than the jobs
+    database (PGJOBS["QUEUE_DATABASES"]: ids are each database's own), else nothing."""
+    database = database or current()
+    return "" if database == pgjobs_settings.DATABASE else f" (database {database})"
+
+
 def _log(
     request: HttpRequest,
     model: type[Model],
@@ -112,6 +121,7 @@ def _log(
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return  # the admin's views are for staff only; a test's bare request has none
+    message += database_tag()
     LogEntry.objects.create(
         user_id=user.pk,
         content_type=ContentType.objects.get_for_model(model, for_concrete_model=False),

@@ -11,7 +11,6 @@ from django.contrib import admin
 from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
-from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
@@ -23,6 +22,7 @@ from django_pgjobs.admin.common import (
     refuse_unoffered_filters,
     relative_time,
 )
+from django_pgjobs.admin.databases import InChosenDatabase, console_url
 from django_pgjobs.dependencies import MAX_JOB_ID
 from django_pgjobs.managers.batches import read_batch
 from django_pgjobs.models import Batch
@@ -50,7 +50,7 @@ def member_row(member: BatchMember) -> dict[str, Any]:
     else:
         where = member.state
         table = "deadjob" if member.state == "dead" else "job"
-        link = reverse(f"admin:django_pgjobs_{table}_change", args=[member.job_id])
+        link = console_url(f"admin:django_pgjobs_{table}_change", [member.job_id])
     return {
         "id": member.job_id,
         "kind": member.kind or "-",
@@ -61,7 +61,7 @@ def member_row(member: BatchMember) -> dict[str, Any]:
 
 
 @admin.register(Batch)
-class BatchAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg]
+class BatchAdmin(InChosenDatabase, ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     """Every batch, newest first: its state, progress and callbacks. Read only."""
 
     list_display = ("id", "state", "progress", "callbacks", "created", "ended")
@@ -71,6 +71,7 @@ class BatchAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ign
     ordering = ("-id",)
     list_per_page = 50
     change_form_template = "admin/django_pgjobs/batch_change_form.html"
+    change_list_template = "admin/django_pgjobs/plain_change_list.html"
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # batch() writes batches
@@ -155,15 +156,13 @@ class BatchAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ign
                 "A member's page links its batch.",
                 counted,
             )
-        query = f"?parents_of={waiting[0]}"
+        query = {"parents_of": waiting[0]}
         return format_html(
-            '{}: <a href="{}{}">those not ended, or done and kept</a> · '
-            '<a href="{}{}">those that died</a>',
+            '{}: <a href="{}">those not ended, or done and kept</a> · '
+            '<a href="{}">those that died</a>',
             counted,
-            reverse("admin:django_pgjobs_job_changelist"),
-            query,
-            reverse("admin:django_pgjobs_deadjob_changelist"),
-            query,
+            console_url("admin:django_pgjobs_job_changelist", query=query),
+            console_url("admin:django_pgjobs_deadjob_changelist", query=query),
         )
 
     @admin.display(description="callbacks")
@@ -179,7 +178,7 @@ class BatchAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ign
                 rows.append(format_html("on {}: #{} {}", callback.fires_on, callback.job_id, state))
                 continue
             table = "deadjob" if callback.job_state == "dead" else "job"
-            link = reverse(f"admin:django_pgjobs_{table}_change", args=[callback.job_id])
+            link = console_url(f"admin:django_pgjobs_{table}_change", [callback.job_id])
             state = CALLBACK_STATES.get(callback.job_state, callback.job_state)
             rows.append(
                 format_html(

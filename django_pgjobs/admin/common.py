@@ -13,7 +13,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import display, helpers
 from django.contrib.admin.filters import FieldListFilter, ListFilter
 from django.contrib.admin.utils import get_fields_from_path
-from django.contrib.admin.views.main import ERROR_FLAG, IGNORED_PARAMS, PAGE_VAR, ChangeList
+from django.contrib.admin.views.main import ERROR_FLAG, IGNORED_PARAMS, PAGE_VAR
 from django.core.paginator import Paginator
 from django.db.models import DateTimeField, Max, Model, QuerySet
 from django.http import (
@@ -30,6 +30,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from django_pgjobs import labels
+from django_pgjobs.admin.databases import PARAMETER as DATABASE_PARAMETER
+from django_pgjobs.admin.databases import ConsoleChangeList
 from django_pgjobs.admin.rows import results_table
 from django_pgjobs.models import Job
 from django_pgjobs.records import COUNT_CAP
@@ -203,7 +205,7 @@ class CappedCountPaginator(Paginator):  # type: ignore[type-arg]
         return Job.objects.capped_count(self.object_list)  # type: ignore[arg-type]
 
 
-class JobChangeList(ChangeList):
+class JobChangeList(ConsoleChangeList):
     """A list of jobs as a page of 50 needs it: without the JSON columns a job may fill
     with megabytes (payload, result, errors, rerun payload), its rows written in one
     pass (`rows`)."""
@@ -232,7 +234,7 @@ def refuse_bad_params(request: HttpRequest) -> HttpResponse | None:
 
 #: What every list takes besides its filters: Django's own search, order, page, "show
 #: all", popup and facets parameters, and its error flag.
-LIST_PARAMETERS = frozenset({*IGNORED_PARAMS, PAGE_VAR, ERROR_FLAG})
+LIST_PARAMETERS = frozenset({*IGNORED_PARAMS, PAGE_VAR, ERROR_FLAG, DATABASE_PARAMETER})
 
 
 def offered_parameters(model_admin: admin.ModelAdmin, request: HttpRequest) -> frozenset[str]:  # type: ignore[type-arg]

@@ -18,7 +18,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.views.decorators.cache import never_cache
 
 from django_pgjobs import labels, registry
@@ -27,6 +27,13 @@ from django_pgjobs.admin.charts import (
     latency_chart,
     latency_label,
     throughput_chart,
+)
+from django_pgjobs.admin.databases import PARAMETER as DATABASE_PARAMETER
+from django_pgjobs.admin.databases import (
+    InChosenDatabase,
+    console_url,
+    current,
+    database_context,
 )
 from django_pgjobs.admin.filters import INTERNAL_KIND_PREFIX
 from django_pgjobs.admin.glance import oldest_runnable_s, queue_links, total_of
@@ -51,7 +58,7 @@ COUNTS = (
 
 
 @admin.register(Dashboard)
-class DashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class DashboardAdmin(InChosenDatabase, admin.ModelAdmin):  # type: ignore[type-arg]
     """The dashboard page and its JSON, for staff who may view jobs."""
 
     def has_module_permission(self, request: HttpRequest) -> bool:
@@ -92,7 +99,7 @@ class DashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "opts": self.model._meta,
             "counts": COUNTS,
             "refresh_s": REFRESH_S,
-            "data_url": reverse("admin:django_pgjobs_dashboard_data"),
+            "data_url": console_url("admin:django_pgjobs_dashboard_data"),
             # Django 6 writes its breadcrumbs as a list; 5.2 as links in a div.
             "breadcrumbs_as_list": django.VERSION >= (6, 0),
             "spans": list(SPANS),
@@ -100,6 +107,7 @@ class DashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 {status.queue for status in fragments["queues"]} | _chosen(scope.queue)
             ),
             "scope_kinds": scope_kinds(scope.kind),
+            **database_context(request),
             **fragments,
         }
         return TemplateResponse(request, "admin/django_pgjobs/dashboard.html", context)
@@ -131,9 +139,11 @@ class Scope:
 
 def read_scope(request: HttpRequest) -> Scope | HttpResponse:
     """The span, queue and kind a URL asks for, or a 400 that says what it takes."""
-    unknown = set(request.GET) - {"span", "queue", "kind"}
+    unknown = set(request.GET) - {"span", "queue", "kind", DATABASE_PARAMETER}
     if unknown:
-        return _bad(f"The dashboard takes span, queue and kind, not {', '.join(sorted(unknown))}.")
+        return _bad(
+            f"The dashboard takes span, queue, kind and db, not {', '.join(sorted(unknown))}."
+        )
     span = request.GET.get("span") or "hour"
     if span not in SPANS:
         return _bad(f"span is one of {', '.join(SPANS)}.")
@@ -170,6 +180,7 @@ def dashboard_data(scope: Scope | None = None) -> dict[str, Any]:
     queues = fragments["queues"]
     return {
         "at": Job.objects.clock().isoformat(),
+        "database": current(),
         "span": scope.span,
         "scope": {"queue": scope.queue, "kind": scope.kind},
         "queues": [queue_numbers(status) for status in queues],
@@ -282,15 +293,14 @@ def queue_row(status: QueueStatus) -> dict[str, Any]:
 
 def total_row(queues: list[QueueStatus]) -> dict[str, Any]:
     totals = total_numbers(queues)
-    jobs = reverse("admin:django_pgjobs_job_changelist")
-    dead = reverse("admin:django_pgjobs_deadjob_changelist")
+    jobs = "admin:django_pgjobs_job_changelist"
     links = {
-        "runnable": f"{jobs}?readiness=runnable",
-        "scheduled": f"{jobs}?readiness=scheduled",
-        "retrying": f"{jobs}?readiness=retrying",
-        "running": f"{jobs}?state__exact=running",
-        "dead": dead,
-        "done": f"{jobs}?state__exact=done",
+        "runnable": console_url(jobs, query={"readiness": "runnable"}),
+        "scheduled": console_url(jobs, query={"readiness": "scheduled"}),
+        "retrying": console_url(jobs, query={"readiness": "retrying"}),
+        "running": console_url(jobs, query={"state__exact": "running"}),
+        "dead": console_url("admin:django_pgjobs_deadjob_changelist"),
+        "done": console_url(jobs, query={"state__exact": "done"}),
     }
     return {
         "cells": [

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 from django.http import HttpRequest
-from django.urls import reverse
 
 from django_pgjobs import labels
 from django_pgjobs.admin.charts import throughput_chart
+from django_pgjobs.admin.databases import console_url
 from django_pgjobs.managers.workers import unserved_queues
 from django_pgjobs.models import QueueControl, Worker
 from django_pgjobs.records import Count, QueueStatus
@@ -74,16 +73,14 @@ def glance_summary(statuses: list[QueueStatus]) -> str:
 
 def queue_links(queue: str) -> dict[str, str]:
     """Where each count of a queue leads: the list filtered on what it counts."""
-    jobs = reverse("admin:django_pgjobs_job_changelist")
-    dead = reverse("admin:django_pgjobs_deadjob_changelist")
-    q = urlencode({"queue": queue})
+    jobs = "admin:django_pgjobs_job_changelist"
     return {
-        "runnable": f"{jobs}?{q}&readiness=runnable",
-        "scheduled": f"{jobs}?{q}&readiness=scheduled",
-        "retrying": f"{jobs}?{q}&readiness=retrying",
-        "running": f"{jobs}?{q}&state__exact=running",
-        "done": f"{jobs}?{q}&state__exact=done",
-        "dead": f"{dead}?{q}",
+        "runnable": console_url(jobs, query={"queue": queue, "readiness": "runnable"}),
+        "scheduled": console_url(jobs, query={"queue": queue, "readiness": "scheduled"}),
+        "retrying": console_url(jobs, query={"queue": queue, "readiness": "retrying"}),
+        "running": console_url(jobs, query={"queue": queue, "state__exact": "running"}),
+        "done": console_url(jobs, query={"queue": queue, "state__exact": "done"}),
+        "dead": console_url("admin:django_pgjobs_deadjob_changelist", query={"queue": queue}),
     }
 
 

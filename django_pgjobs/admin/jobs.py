@@ -22,7 +22,7 @@ from django.http import (
     HttpResponseRedirect,
 )
 from django.shortcuts import get_object_or_404
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
@@ -52,6 +52,7 @@ from django_pgjobs.admin.common import (
     refuse_unoffered_filters,
     relative_time,
 )
+from django_pgjobs.admin.databases import InChosenDatabase, console_url, current
 from django_pgjobs.admin.filters import (
     KindFilter,
     QueueFilter,
@@ -68,7 +69,13 @@ from django_pgjobs.states import JobState
 SEARCH_MAX_CHARS = 300
 
 
-class ReadOnlyJobAdmin(ExactTimes, OfferedFiltersOnly, WorkflowSection, admin.ModelAdmin):  # type: ignore[type-arg]
+class ReadOnlyJobAdmin(
+    InChosenDatabase,
+    ExactTimes,
+    OfferedFiltersOnly,
+    WorkflowSection,
+    admin.ModelAdmin,  # type: ignore[type-arg]
+):
     """What both tables share: read-only detail pages led by what went wrong, action
     buttons on them, capped counts, a search along the indexes."""
 
@@ -217,7 +224,7 @@ class ReadOnlyJobAdmin(ExactTimes, OfferedFiltersOnly, WorkflowSection, admin.Mo
                     "name": name,
                     "label": label,
                     "help": help_text,
-                    "url": reverse("admin:{}_{}_act".format(*info), args=[obj.pk, name]),
+                    "url": console_url("admin:{}_{}_act".format(*info), [obj.pk, name]),
                 }
                 for name, label, help_text in self.buttons
                 if self.button_applies(name, obj)
@@ -240,9 +247,12 @@ class ReadOnlyJobAdmin(ExactTimes, OfferedFiltersOnly, WorkflowSection, admin.Mo
         """A link to a job that is not in this table: its page in the other one (a job
         that died, a letter requeued), or the list, with what became of it."""
         for model, name in ((Job, "job"), (DeadJob, "deadjob")):
-            if model is not self.model and model.objects.filter(pk=job_id).exists():
+            if (
+                model is not self.model
+                and model.objects.using(current()).filter(pk=job_id).exists()
+            ):
                 return HttpResponseRedirect(
-                    reverse(f"admin:django_pgjobs_{name}_change", args=[job_id])
+                    console_url(f"admin:django_pgjobs_{name}_change", [job_id])
                 )
         self.message_user(
             request,
@@ -252,7 +262,7 @@ class ReadOnlyJobAdmin(ExactTimes, OfferedFiltersOnly, WorkflowSection, admin.Mo
             messages.WARNING,
         )
         info = self.model._meta.app_label, self.model._meta.model_name
-        return HttpResponseRedirect(reverse("admin:{}_{}_changelist".format(*info)))
+        return HttpResponseRedirect(console_url("admin:{}_{}_changelist".format(*info)))
 
     def get_urls(self) -> list[URLPattern]:
         info = self.model._meta.app_label, self.model._meta.model_name
@@ -268,10 +278,10 @@ class ReadOnlyJobAdmin(ExactTimes, OfferedFiltersOnly, WorkflowSection, admin.Mo
     def act_view(self, request: HttpRequest, object_id: str, name: str) -> HttpResponse:
         """One object page button: POST only, with the permission the list's action needs."""
         info = self.model._meta.app_label, self.model._meta.model_name
-        page = reverse("admin:{}_{}_change".format(*info), args=[object_id])
+        page = console_url("admin:{}_{}_change".format(*info), [object_id])
         if request.method != "POST":
             return HttpResponseRedirect(page)
-        obj = get_object_or_404(self.model, pk=job_id_of(object_id))
+        obj = get_object_or_404(self.model.objects.using(current()), pk=job_id_of(object_id))
         allowed = self.may_act(request) and (
             name != "delete" or self.has_delete_permission(request)
         )
@@ -451,20 +461,18 @@ class JobAdmin(ReadOnlyJobAdmin):
             self.message_user(request, text, messages.SUCCESS if moved else messages.WARNING)
             if moved:
                 audit.log_one(request, Job, obj.pk, str(obj), "Set to run now.")
-            return HttpResponseRedirect(reverse("admin:django_pgjobs_job_change", args=[obj.pk]))
+            return HttpResponseRedirect(console_url("admin:django_pgjobs_job_change", [obj.pk]))
         cancelled = Job.objects.cancel_many([obj.pk], reason=cancel_reason(request))
         if not cancelled:
             self.message_user(
                 request, f"Job {obj} had finished: nothing to cancel.", messages.WARNING
             )
-            return HttpResponseRedirect(reverse("admin:django_pgjobs_job_changelist"))
+            return HttpResponseRedirect(console_url("admin:django_pgjobs_job_changelist"))
         audit.log_one(request, DeadJob, obj.pk, str(obj), f"Cancelled: {how_far(obj)}.")
         self.message_user(request, f"Job {obj} cancelled (now a dead letter).", messages.SUCCESS)
-        if DeadJob.objects.filter(pk=obj.pk).exists():
-            return HttpResponseRedirect(
-                reverse("admin:django_pgjobs_deadjob_change", args=[obj.pk])
-            )
-        return HttpResponseRedirect(reverse("admin:django_pgjobs_job_changelist"))
+        if DeadJob.objects.using(current()).filter(pk=obj.pk).exists():
+            return HttpResponseRedirect(console_url("admin:django_pgjobs_deadjob_change", [obj.pk]))
+        return HttpResponseRedirect(console_url("admin:django_pgjobs_job_changelist"))
 
     @admin.display(description="key", ordering="key")
     def key_short(self, obj: Job) -> str:

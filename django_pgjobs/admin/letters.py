@@ -8,7 +8,6 @@ from django.contrib.admin.models import DELETION
 from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -24,6 +23,7 @@ from django_pgjobs.admin.common import (
     jobs_word,
     relative_time,
 )
+from django_pgjobs.admin.databases import console_url
 from django_pgjobs.admin.filters import DeadQueueFilter, KindFilter, ReasonFilter
 from django_pgjobs.admin.jobs import ReadOnlyJobAdmin
 from django_pgjobs.admin.workflow import ChildrenOfFilter, ParentsOfFilter
@@ -115,7 +115,7 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
             if DeadJob.objects.delete_letters([obj.pk]):
                 audit.log_one(request, DeadJob, obj.pk, str(obj), "Deleted.", flag=DELETION)
             self.message_user(request, f"Dead letter {obj} deleted.", messages.SUCCESS)
-            return HttpResponseRedirect(reverse("admin:django_pgjobs_deadjob_changelist"))
+            return HttpResponseRedirect(console_url("admin:django_pgjobs_deadjob_changelist"))
         result = DeadJob.objects.requeue([obj.pk])
         text = (
             f"Dead letter {obj} requeued."
@@ -128,7 +128,9 @@ class DeadJobAdmin(ReadOnlyJobAdmin):
                 request, Job, obj.pk, str(obj), f"{done}, from the dead letters ({obj.reason})."
             )
         self.message_user(request, text, messages.SUCCESS)
-        return HttpResponseRedirect(reverse("admin:django_pgjobs_job_changelist") + f"?q={obj.pk}")
+        return HttpResponseRedirect(
+            console_url("admin:django_pgjobs_job_changelist", query={"q": obj.pk})
+        )
 
     @admin.display(description="why", ordering="category")
     def why(self, obj: DeadJob) -> SafeString:

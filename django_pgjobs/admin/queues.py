@@ -35,6 +35,7 @@ from django_pgjobs.admin.common import (
     refuse_unoffered_filters,
     relative_time,
 )
+from django_pgjobs.admin.databases import ConsoleChangeList, InChosenDatabase
 from django_pgjobs.admin.glance import glance_context, queue_statuses
 from django_pgjobs.exceptions import InvalidJobOption
 from django_pgjobs.models import Job, QueueControl, Schedule
@@ -56,7 +57,7 @@ class QueueControlForm(forms.ModelForm):  # type: ignore[type-arg]
             raise forms.ValidationError(str(error)) from None
 
 
-class QueueChangeList(ChangeList):
+class QueueChangeList(ConsoleChangeList):
     """The queues that have a row, and after them those that only have jobs, dead letters
     or settings: listed without making their rows, so that a GET writes nothing."""
 
@@ -82,7 +83,7 @@ class QueueChangeList(ChangeList):
 
 
 @admin.register(QueueControl)
-class QueueControlAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg]
+class QueueControlAdmin(InChosenDatabase, OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     """Every queue with jobs, paused or limited: pause, resume, and its running limit."""
 
     form = QueueControlForm
@@ -92,6 +93,7 @@ class QueueControlAdmin(OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[t
     actions = ("pause", "resume")
     fields = ("name", "paused", "max_running", "limit_from_settings", "paused_at", "updated_at")
     change_list_template = "admin/django_pgjobs/glance_change_list.html"
+    change_form_template = "admin/django_pgjobs/plain_change_form.html"
     search_fields = ("name",)
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:

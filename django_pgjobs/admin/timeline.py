@@ -15,6 +15,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from django_pgjobs import labels
+from django_pgjobs.admin import audit
 from django_pgjobs.admin.common import exact_time
 from django_pgjobs.models import DeadJob, Job
 from django_pgjobs.states import JobState
@@ -75,6 +76,12 @@ def _people(obj: Job | DeadJob) -> list[tuple[datetime, int, str, str]]:
     entries = LogEntry.objects.filter(
         content_type__in=list(types.values()), object_id=str(obj.pk)
     ).select_related("user")
+    # Ids are each database's own: the entries of this job's database only.
+    tag = audit.database_tag()
+    if tag:
+        entries = entries.filter(change_message__endswith=tag)
+    else:
+        entries = entries.exclude(change_message__regex=r" \(database [^)]*\)$")
     return [
         (
             entry.action_time,

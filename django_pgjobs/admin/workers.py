@@ -20,7 +20,7 @@ from django.http import (
     HttpResponseRedirect,
 )
 from django.shortcuts import get_object_or_404
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -34,6 +34,12 @@ from django_pgjobs.admin.common import (
     refuse_unoffered_filters,
     relative_time,
 )
+from django_pgjobs.admin.databases import (
+    ConsoleChangeList,
+    InChosenDatabase,
+    console_url,
+    current,
+)
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.managers.workers import paused_queues, unserved_queues
 from django_pgjobs.models import Job, QueueControl, Worker
@@ -41,7 +47,7 @@ from django_pgjobs.states import WorkerAsk
 
 
 @admin.register(Worker)
-class WorkerAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg]
+class WorkerAdmin(InChosenDatabase, ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     """The workers as they last reported themselves: live, stopped, or gone (3 missed
     heartbeats by the database clock), and what each runs now. Its rows are read only;
     with the control_worker permission, an operator asks workers to go quiet (claim no
@@ -144,16 +150,16 @@ class WorkerAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ig
                 queue_here(status.queues, status.paused_queues, queue, may)
                 for queue in status.queues
             ]
-            context["queues_url"] = reverse("admin:django_pgjobs_worker_queues", args=[object_id])
+            context["queues_url"] = console_url("admin:django_pgjobs_worker_queues", [object_id])
         return super().change_view(request, object_id, form_url, context)
 
     def queue_here_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Pause one of a worker's queues on it alone, or resume it there: POST only,
         with the control_worker permission, logged."""
-        page = reverse("admin:django_pgjobs_worker_change", args=[object_id])
+        page = console_url("admin:django_pgjobs_worker_change", [object_id])
         if request.method != "POST":
             return HttpResponseRedirect(page)
-        worker = get_object_or_404(Worker, pk=object_id)
+        worker = get_object_or_404(Worker.objects.using(current()), pk=object_id)
         if not self.has_control_permission(request):
             self.message_user(
                 request,
@@ -279,7 +285,7 @@ class WorkerAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ig
             ", ",
             '<a href="{}">{}#{}</a>',
             (
-                (reverse("admin:django_pgjobs_job_change", args=[job_id]), kind, job_id)
+                (console_url("admin:django_pgjobs_job_change", [job_id]), kind, job_id)
                 for job_id, kind in ids
             ),
         )
@@ -296,7 +302,7 @@ class WorkerAdmin(ExactTimes, OfferedFiltersOnly, admin.ModelAdmin):  # type: ig
         return relative_time(obj.last_seen_at, -seen_ago if seen_ago is not None else None)
 
 
-class WorkerChangeList(ChangeList):
+class WorkerChangeList(ConsoleChangeList):
     """The page's workers, each live one with its first running jobs, read for the
     whole page at once (not a scan of the running jobs per row)."""
 

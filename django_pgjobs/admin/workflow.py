@@ -10,11 +10,11 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from django_pgjobs.admin.common import job_id_of
+from django_pgjobs.admin.databases import console_url, current
 from django_pgjobs.managers.batches import batch_of_job
 from django_pgjobs.managers.workflows import EdgeOf, first_edges_of
 from django_pgjobs.models import Dependency
@@ -46,9 +46,11 @@ class EdgeFilter(admin.SimpleListFilter):
         if not job_id:
             return queryset.none()
         if self.side == "parent":
-            parents = Dependency.objects.filter(child_id=job_id).values("parent_id")
+            parents = (
+                Dependency.objects.using(current()).filter(child_id=job_id).values("parent_id")
+            )
             return queryset.filter(id__in=parents)
-        children = Dependency.objects.filter(parent_id=job_id).values("child_id")
+        children = Dependency.objects.using(current()).filter(parent_id=job_id).values("child_id")
         return queryset.filter(id__in=children)
 
 
@@ -84,7 +86,7 @@ def job_link(job_id: int, state: str | None) -> SafeString:
     if state is None:
         return format_html("#{} (acked or pruned)", job_id)
     table = "deadjob" if state == "dead" else "job"
-    url = reverse(f"admin:django_pgjobs_{table}_change", args=[job_id])
+    url = console_url(f"admin:django_pgjobs_{table}_change", [job_id])
     return format_html("<a href='{}'>#{}</a> ({})", url, job_id, state)
 
 
@@ -111,7 +113,7 @@ def workflow_html(obj: Any) -> SafeString:
     batch = batch_of_job(obj.pk, using)
     if batch is not None:
         ended = batch.done + batch.failed
-        url = reverse("admin:django_pgjobs_batch_change", args=[batch.id])
+        url = console_url("admin:django_pgjobs_batch_change", [batch.id])
         callbacks = format_html_join(
             mark_safe(", "),
             "on {}: {}",
@@ -141,8 +143,8 @@ def _heading(title: str, total: int, shown: int, parameter: str, job_id: int) ->
     text = format_html("<strong>{} {} {}</strong>", title, many, "job" if total == 1 else "jobs")
     if total <= shown:
         return format_html("<p>{}</p>", text)
-    live = reverse("admin:django_pgjobs_job_changelist") + f"?{parameter}={job_id}"
-    dead = reverse("admin:django_pgjobs_deadjob_changelist") + f"?{parameter}={job_id}"
+    live = console_url("admin:django_pgjobs_job_changelist", query={parameter: job_id})
+    dead = console_url("admin:django_pgjobs_deadjob_changelist", query={parameter: job_id})
     return format_html(
         "<p>{} (the first {} by id; every one: <a href='{}'>live</a>, "
         "<a href='{}'>dead letters</a>)</p>",

@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
@@ -26,10 +27,31 @@ from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import sql
 from django_pgjobs.exceptions import JobTablesMissing
 
+#: The database a request of the console reads and acts on where a call names none (its
+#: database selector, with PGJOBS["QUEUE_DATABASES"]); unset: PGJOBS["DATABASE"].
+_console_database: ContextVar[str | None] = ContextVar("pgjobs_console_database", default=None)
+
+
+@contextmanager
+def console_database(database: str | None) -> Iterator[None]:
+    """Within it, calls that name no database act on `database` (None: the jobs
+    database): the console's views run in it, for the database their URL chose."""
+    token = _console_database.set(database)
+    try:
+        yield
+    finally:
+        _console_database.reset(token)
+
+
+def default_alias() -> str:
+    """The database of a call that names none: the console's, else PGJOBS["DATABASE"]."""
+    return _console_database.get() or pgjobs_settings.DATABASE
+
 
 def alias(using: str | None) -> str:
-    """The database alias of a call: `using`, else PGJOBS["DATABASE"]."""
-    return using or pgjobs_settings.DATABASE
+    """The database alias of a call: `using`, else the console's (in one of its views),
+    else PGJOBS["DATABASE"]."""
+    return using or default_alias()
 
 
 def fetchall(statement: str, params: Mapping[str, Any], using: str | None) -> list[Any]:

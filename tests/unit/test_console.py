@@ -951,14 +951,14 @@ def test_what_was_asked_of_a_worker_is_for_its_process_only() -> None:
         "succeeded": 0,
         "failed": 0,
     }
-    assert Worker.objects.heartbeat("web-1:fixed", **me) is None
+    assert Worker.objects.heartbeat("web-1:fixed", **me).asked is None
     assert Worker.objects.ask(["web-1:fixed"], "quiet", by="alice") == ["web-1:fixed"]
-    assert Worker.objects.heartbeat("web-1:fixed", **me) == "quiet"
-    assert Worker.objects.heartbeat("web-1:fixed", **{**me, "pid": 11}) is None  # restarted
+    assert Worker.objects.heartbeat("web-1:fixed", **me).asked == "quiet"
+    assert Worker.objects.heartbeat("web-1:fixed", **{**me, "pid": 11}).asked is None  # restarted
     Worker.objects.ask(["web-1:fixed"], "stop", by="alice")
     assert Worker.objects.ask(["web-1:fixed"], None, by="bob") == []  # not taken back
-    assert Worker.objects.heartbeat("web-1:fixed", **{**me, "pid": 11}) == "stop"
+    assert Worker.objects.heartbeat("web-1:fixed", **{**me, "pid": 11}).asked == "stop"
     assert Worker.objects.stopped("web-1:fixed", succeeded=0, failed=0)
-    assert Worker.objects.heartbeat("web-1:fixed", **{**me, "pid": 11}) is None  # stopped
+    assert Worker.objects.heartbeat("web-1:fixed", **{**me, "pid": 11}).asked is None  # stopped
     with pytest.raises(ValueError, match="'quiet', 'stop' or None"):
         Worker.objects.ask(["web-1:fixed"], "reboot", by="mallory")
