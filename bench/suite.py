@@ -42,6 +42,8 @@ class Sizes:
     idle_seconds: float = 30.0
     counts_rows: int = 1_000_000
     counts_samples: int = 50
+    console_rows: int = 10_000_000
+    console_batch: int = 100_000
     poison_ordinary: int = 10_000
     tasks: int = 20_000
     cancel_rounds: int = 5
@@ -81,6 +83,8 @@ SMOKE = Sizes(
     idle_seconds=1.0,
     counts_rows=5_000,
     counts_samples=5,
+    console_rows=5_000,
+    console_batch=500,
     poison_ordinary=500,
     tasks=500,
     cancel_rounds=1,

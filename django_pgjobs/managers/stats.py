@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
@@ -23,6 +24,11 @@ LATENCY_BUCKETS_S: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600,
     float("inf"),
 )  # fmt: skip
+
+#: The queue or kind of the sums the workers keep beside each pair's (queue, kind)
+#: histograms: per queue (kind EVERY), per kind (queue EVERY), over all (both). No queue
+#: or kind can be named so.
+EVERY = "*"
 
 #: Hours the sweeper keeps of the per-hour sums (a week and a day).
 STATS_HOURS_KEPT = 8 * 24
@@ -122,12 +128,23 @@ class KindStatsManager(models.Manager["KindStats"]):
         using: str | None = None,
     ) -> None:
         """Add (runs, wait histogram, run histogram) per (queue, kind) to the current
-        minute."""
+        minute, and their sums per queue (kind EVERY), per kind (queue EVERY) and over
+        all (both EVERY), which the dashboard reads instead of every pair."""
         if not kinds:
             return
+        summed: dict[tuple[str, str], list[Any]] = {}
+        for (queue, kind), (runs, wait, run) in kinds.items():
+            for key in ((queue, kind), (queue, EVERY), (EVERY, kind), (EVERY, EVERY)):
+                into = summed.get(key)
+                if into is None:
+                    summed[key] = [runs, list(wait), list(run)]
+                else:
+                    into[0] += runs
+                    into[1] = [a + b for a, b in zip(into[1], wait, strict=False)]
+                    into[2] = [a + b for a, b in zip(into[2], run, strict=False)]
         document = [
-            {"queue": queue, "kind": kind, "runs": runs, "wait": list(wait), "run": list(run)}
-            for (queue, kind), (runs, wait, run) in sorted(kinds.items())
+            {"queue": queue, "kind": kind, "runs": runs, "wait": wait, "run": run}
+            for (queue, kind), (runs, wait, run) in sorted(summed.items())
         ]
         db.rowcount(sql.RECORD_KIND_STATS, {"kinds": json.dumps(document)}, using)
 
@@ -144,28 +161,36 @@ class KindStatsManager(models.Manager["KindStats"]):
         the workers' histograms (the day and the week from the sweeper's per-hour sums),
         never from the job table."""
         shape = SPANS[span]
-        [(since, _now)] = db.fetchall(
+        [(since, minutes_from, *summed)] = db.fetchall(
             sql.SPAN_START, {"minutes": shape.minutes, "hours": shape.hourly}, using
         )
-        rows = db.fetchall(
-            sql.KIND_STATS_SINCE,
-            {"since": since, "hourly": shape.hourly, "queue": queue, "kind": kind},
-            using,
-        )
-        buckets = -(-shape.minutes // shape.bucket_min)
-        bucket_s = shape.bucket_min * 60
+        scope = _Scope(since, shape.minutes, shape.bucket_min, queue, kind)
+        if shape.hourly:
+            # The summed hours are written once: read and added once per process while
+            # they are the span's (the same hours, as many rows, the same newest), then
+            # copied. A summed hour edited by hand shows when the span moves on.
+            key = (db.alias(using), span, queue, kind, since, minutes_from, *summed)
+            with _HOURS_LOCK:
+                hours = _HOURS.get(key)
+            if hours is None:
+                hours = scope.empty()
+                params = {"since": since, "until": minutes_from, "queue": queue, "kind": kind}
+                hours.add_rows(db.fetchall(sql.KIND_STATS_HOURS, params, using))
+                with _HOURS_LOCK:
+                    _HOURS[key] = hours
+                    while len(_HOURS) > _HOURS_KEPT:
+                        _HOURS.pop(next(iter(_HOURS)))
+            sums = hours.copy()
+        else:
+            sums = scope.empty()
+        params = {"minutes_from": minutes_from, "queue": queue, "kind": kind}
+        sums.add_rows(db.fetchall(sql.KIND_STATS_MINUTES, params, using))
+        over_time, by_queue, by_kind = sums.over_time, sums.by_queue, sums.by_kind
         width = len(LATENCY_BUCKETS_S)
-        over_time = [_Sums(width) for _ in range(buckets)]
-        by_queue: dict[str, _Sums] = {}
-        by_kind: dict[str, _Sums] = {}
-        for at, row_queue, row_kind, wait, run in rows:
-            index = int((at - since).total_seconds() // bucket_s)
-            for sums in (
-                over_time[min(max(index, 0), buckets - 1)],
-                by_queue.setdefault(row_queue, _Sums(width)),
-                by_kind.setdefault(row_kind, _Sums(width)),
-            ):
-                sums.add(wait, run)
+        if queue is not None:  # the tables of one queue, or of one kind: its own sums
+            by_queue = {queue: _total(over_time, width)} if any(s.any for s in over_time) else {}
+        if kind is not None:
+            by_kind = {kind: _total(over_time, width)} if any(s.any for s in over_time) else {}
         return LatencyReport(
             span=span,
             since=since,
@@ -181,6 +206,68 @@ class KindStatsManager(models.Manager["KindStats"]):
         )
 
 
+#: Per process, the latest sums of summed hours, by database, span, scope and the hours
+#: they cover (at most _HOURS_KEPT of them, the oldest dropped first).
+_HOURS: dict[tuple[Any, ...], _SpanSums] = {}
+_HOURS_LOCK = threading.Lock()
+_HOURS_KEPT = 64
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """What a latency report sums: from `since`, in buckets of `bucket_min` minutes,
+    of one queue and one kind (None: all)."""
+
+    since: datetime
+    minutes: int
+    bucket_min: int
+    queue: str | None
+    kind: str | None
+
+    def empty(self) -> _SpanSums:
+        buckets = -(-self.minutes // self.bucket_min)
+        return _SpanSums(self, [_Sums(len(LATENCY_BUCKETS_S)) for _ in range(buckets)], {}, {})
+
+
+@dataclass
+class _SpanSums:
+    """A report's histograms being summed: over time, per queue and per kind."""
+
+    scope: _Scope
+    over_time: list[_Sums]
+    by_queue: dict[str, _Sums]
+    by_kind: dict[str, _Sums]
+
+    def copy(self) -> _SpanSums:
+        return _SpanSums(
+            self.scope,
+            [sums.copy() for sums in self.over_time],
+            {name: sums.copy() for name, sums in self.by_queue.items()},
+            {name: sums.copy() for name, sums in self.by_kind.items()},
+        )
+
+    def add_rows(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Add rows (at, queue, kind, wait histogram, run histogram) of the scope's sums
+        (EVERY where it is open): the series takes the scope's own, the tables those of
+        each queue or kind in it."""
+        scope = self.scope
+        scope_queue, scope_kind = scope.queue or EVERY, scope.kind or EVERY
+        bucket_s = scope.bucket_min * 60
+        last = len(self.over_time) - 1
+        width = len(LATENCY_BUCKETS_S)
+        for at, row_queue, row_kind, wait, run in rows:
+            if row_queue == scope_queue and row_kind == scope_kind:
+                index = int((at - scope.since).total_seconds() // bucket_s)
+                sums = self.over_time[min(max(index, 0), last)]
+            elif row_kind == scope_kind and row_queue != EVERY:
+                sums = self.by_queue.setdefault(row_queue, _Sums(width))
+            elif row_queue == scope_queue and row_kind != EVERY:
+                sums = self.by_kind.setdefault(row_kind, _Sums(width))
+            else:
+                continue
+            sums.add(wait, run)
+
+
 class _Sums:
     """Two histograms summed bucket by bucket (a row's shorter list adds to its first
     buckets; a longer one's extra buckets go to the last)."""
@@ -191,14 +278,18 @@ class _Sums:
         self.wait = [0] * width
         self.run = [0] * width
 
+    def copy(self) -> _Sums:
+        other = _Sums(0)
+        other.wait, other.run = list(self.wait), list(self.run)
+        return other
+
     def add(self, wait: Any, run: Any) -> None:
-        for into, stored in ((self.wait, wait), (self.run, run)):
-            counts = _histogram(stored)
-            if counts is None:
-                continue  # a row edited by hand: no histogram
-            last = len(into) - 1
-            for index, count in enumerate(counts):
-                into[min(index, last)] += _count(count)
+        self.wait = _added(self.wait, wait)
+        self.run = _added(self.run, run)
+
+    @property
+    def any(self) -> bool:
+        return any(self.wait)
 
     def latency(self) -> Latency:
         return Latency(
@@ -208,6 +299,29 @@ class _Sums:
             run_p50_s=percentile(self.run, 0.50),
             run_p95_s=percentile(self.run, 0.95),
         )
+
+
+def _total(parts: Sequence[_Sums], width: int) -> _Sums:
+    total = _Sums(width)
+    for part in parts:
+        total.add(part.wait, part.run)
+    return total
+
+
+def _added(into: list[int], stored: Any) -> list[int]:
+    """`into` plus a stored histogram, bucket by bucket. A row as the workers write it
+    takes the quick way; one edited by hand (not a list, counts that are not whole
+    numbers, another length) adds what it can and counts the rest as none."""
+    counts = _histogram(stored)
+    if counts is None:
+        return into
+    if len(counts) == len(into) and all(type(count) is int and count >= 0 for count in counts):
+        return [a + b for a, b in zip(into, counts, strict=True)]
+    into = list(into)
+    last = len(into) - 1
+    for index, count in enumerate(counts):
+        into[min(index, last)] += _count(count)
+    return into
 
 
 def _histogram(stored: Any) -> list[Any] | None:

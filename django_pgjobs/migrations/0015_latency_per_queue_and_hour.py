@@ -1,6 +1,8 @@
 """The dashboard's queue wait and run time per queue as well as per kind, and over a day
 and a week: the per-minute histograms gain their queue (minutes written before say ""),
-and the sweeper sums ended hours into two tables kept for eight days."""
+and the sweeper sums ended hours into two tables kept for eight days. The dashboard reads
+the sums per queue, per kind and over all that the workers now keep beside each pair
+(queue or kind "*"): its percentiles start from the upgrade."""
 
 from django.db import migrations, models
 

@@ -237,8 +237,15 @@ def test_the_sweeper_sums_each_ended_hour_once_and_the_spans_count_each_run_once
     Sweeper().run_once()  # the sweep sums the hour: one row of one queue, in each table
     assert execute("SELECT count(*) FROM pgjobs_stats_hour") == [(1,)]
     assert JobStats.objects.sum_hours() == 0
-    [(runs, wait)] = execute("SELECT runs, wait_hist FROM pgjobs_kind_stats_hour")
-    assert runs == 6 and sum(wait if isinstance(wait, list) else json.loads(wait)) == 6
+    summed = {
+        (queue, kind): (runs, wait if isinstance(wait, list) else json.loads(wait))
+        for queue, kind, runs, wait in execute(
+            "SELECT queue, kind, runs, wait_hist FROM pgjobs_kind_stats_hour"
+        )
+    }
+    # The pair, and the sums the workers keep beside it: per queue, per kind, over all.
+    assert set(summed) == {("a", "k"), ("a", "*"), ("*", "k"), ("*", "*")}
+    assert all(runs == 6 and sum(wait) == 6 for runs, wait in summed.values())
     for span in ("day", "week"):
         after = KindStats.objects.latency(span).kinds["k"]
         assert after == before, span
@@ -295,15 +302,37 @@ def test_a_histogram_edited_by_hand_is_read_as_no_run_and_summed_without_error(
     and the sweeper sums the hour without failing."""
     execute("DELETE FROM pgjobs_kind_stats; DELETE FROM pgjobs_kind_stats_hour")
     KindStats.objects.record({("a", "k"): (1, histogram(0.002), histogram(1))})
-    execute(
-        "INSERT INTO pgjobs_kind_stats (minute, queue, kind, runs, wait_hist, run_hist) "
-        "VALUES (date_trunc('minute', now()) - interval '2 minutes', 'a', 'k', %s, %s, %s)",
-        [runs, json.dumps(wait), json.dumps(run)],
-    )
-    report = KindStats.objects.latency("hour")
-    assert report.kinds["k"].runs >= 1
+    for queue, kind in (("a", "k"), ("a", "*"), ("*", "k"), ("*", "*")):  # each sum read
+        execute(
+            "INSERT INTO pgjobs_kind_stats (minute, queue, kind, runs, wait_hist, run_hist) "
+            "VALUES (date_trunc('minute', now()) - interval '2 minutes', %s, %s, %s, %s, %s)",
+            [queue, kind, runs, json.dumps(wait), json.dumps(run)],
+        )
+    for scope in ({}, {"queue": "a"}, {"kind": "k"}, {"queue": "a", "kind": "k"}):
+        report = KindStats.objects.latency("hour", **scope)
+        assert report.kinds["k"].runs >= 1 and report.queues["a"].runs >= 1, scope
     assert admin_client.get(PAGE).status_code == 200
     assert admin_client.get(DATA).status_code == 200
     execute("UPDATE pgjobs_kind_stats SET minute = minute - interval '3 hours'")
     JobStats.objects.sum_hours()
     assert KindStats.objects.latency("day").kinds["k"].runs >= 1
+
+
+def test_the_summed_hours_a_process_keeps_follow_a_new_or_deleted_hour() -> None:
+    """The day's and the week's summed hours are added once per process and kept while
+    they are the span's; a summed hour written or deleted since is read again."""
+    KindStats.objects.record({("a", "k"): (2, histogram(0.002, 0.002), histogram(1, 1))})
+    execute("UPDATE pgjobs_kind_stats SET minute = date_trunc('hour', now()) - interval '2 hours'")
+    Sweeper().run_once()
+    first = KindStats.objects.latency("week")
+    assert first.kinds["k"].runs == 2
+    assert KindStats.objects.latency("week") == first  # kept: the same again
+    execute(
+        "INSERT INTO pgjobs_kind_stats_hour (hour, queue, kind, runs, wait_hist, run_hist) "
+        "SELECT hour - interval '1 day', queue, kind, runs, wait_hist, run_hist "
+        "FROM pgjobs_kind_stats_hour"
+    )
+    assert KindStats.objects.latency("week").kinds["k"].runs == 4
+    execute("DELETE FROM pgjobs_kind_stats_hour WHERE hour < now() - interval '1 day'")
+    assert KindStats.objects.latency("week").kinds["k"].runs == 2
+    assert KindStats.objects.latency("day").kinds["k"].runs == 2

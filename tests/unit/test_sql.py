@@ -251,11 +251,16 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "RECORD_KIND_STATS": {
         "kinds": '[{"queue": "q", "kind": "k", "runs": 1, "wait": [1, 0], "run": [0, 1]}]',
     },
-    "KIND_STATS_SINCE": {
+    "KIND_STATS_HOURS": {
         "since": datetime(2026, 12, 6, tzinfo=UTC),
-        "hourly": True,
+        "until": datetime(2026, 12, 6, 1, tzinfo=UTC),
         "queue": None,
         "kind": "k",
+    },
+    "KIND_STATS_MINUTES": {
+        "minutes_from": datetime(2026, 12, 6, 1, tzinfo=UTC),
+        "queue": "q",
+        "kind": None,
     },
     "PRUNE_KIND_STATS": {"limit": 10},
     "ROLE_PRIVILEGES": {},
@@ -368,7 +373,6 @@ TABLELESS = {
     "HOLD_XID",
     "READ_JOBS_IN_SNAPSHOT",
     "DATABASE_CLOCK",
-    "SPAN_START",
     "LIMIT_LOCK_WAIT",
     "LIMIT_STATEMENT_TIME",
     "CANCEL_STATEMENT",

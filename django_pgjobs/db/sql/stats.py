@@ -18,26 +18,36 @@ ON CONFLICT (minute, queue) DO UPDATE SET
     cancelled = s.cancelled + excluded.cancelled
 """
 
-THROUGHPUT = """
+#: The start of THROUGHPUT's first bucket: a multiple of the bucket's size since the
+#: hour, (buckets - 1) buckets before the current one. Written out where it is compared,
+#: so that the planner reads the minutes along their index from it.
+_FIRST_BUCKET = """(date_trunc('hour', now())
+                  + floor(extract(minute FROM now()) / %(bucket_min)s)
+                    * make_interval(mins => %(bucket_min)s)
+                  - make_interval(mins => %(bucket_min)s * (%(buckets)s - 1)))"""
+
+THROUGHPUT = f"""
 -- Jobs done, retried, dead-lettered and cancelled per bucket of %(bucket_min)s minutes over
 -- the last %(buckets)s buckets (the current one last), every bucket present (zero when
 -- nothing happened); a bucket starts at a multiple of its size since the hour. Of one
--- queue if %(queue)s is not NULL.
-WITH bounds AS (
-    SELECT date_trunc('hour', now())
-           + floor(extract(minute FROM now()) / %(bucket_min)s)
-             * make_interval(mins => %(bucket_min)s) AS current
-)
-SELECT b.at, coalesce(sum(s.succeeded), 0)::int, coalesce(sum(s.retried), 0)::int,
-       coalesce(sum(s.dead), 0)::int, coalesce(sum(s.cancelled), 0)::int
-FROM bounds,
-     generate_series(bounds.current - make_interval(mins => %(bucket_min)s * (%(buckets)s - 1)),
-                     bounds.current, make_interval(mins => %(bucket_min)s)) AS b(at)
-LEFT JOIN pgjobs_stats AS s
-       ON s.minute >= b.at AND s.minute < b.at + make_interval(mins => %(bucket_min)s)
+-- queue if %(queue)s is not NULL. The minutes are read in one range of their index and
+-- summed per bucket, then set beside the buckets.
+WITH counted AS (
+    SELECT floor(extract(epoch FROM s.minute - (SELECT {_FIRST_BUCKET}))
+                 / (%(bucket_min)s * 60))::int AS bucket,
+           sum(s.succeeded) AS succeeded, sum(s.retried) AS retried, sum(s.dead) AS dead,
+           sum(s.cancelled) AS cancelled
+    FROM pgjobs_stats AS s
+    WHERE s.minute >= {_FIRST_BUCKET}
       AND (%(queue)s::text IS NULL OR s.queue = %(queue)s)
-GROUP BY b.at
-ORDER BY b.at
+    GROUP BY 1
+)
+SELECT {_FIRST_BUCKET} + b.bucket * make_interval(mins => %(bucket_min)s),
+       coalesce(c.succeeded, 0)::int, coalesce(c.retried, 0)::int, coalesce(c.dead, 0)::int,
+       coalesce(c.cancelled, 0)::int
+FROM generate_series(0, %(buckets)s - 1) AS b(bucket)
+LEFT JOIN counted AS c ON c.bucket = b.bucket
+ORDER BY b.bucket
 """
 
 PRUNE_STATS = """
@@ -69,56 +79,70 @@ ON CONFLICT (minute, queue, kind) DO UPDATE SET
                      USING (i))
 """
 
-KIND_STATS_SINCE = """
--- The histograms of every queue and kind since %(since)s, one row per minute (or, where
--- %(hourly)s and the sweeper has summed it, per hour): the hours up to the last summed
--- one, then the minutes after it, so that no run is counted twice. Optionally of one
--- queue and of one kind (NULL: all).
-WITH summed AS (
-    SELECT coalesce(max(hour) + interval '1 hour', '-infinity'::timestamptz) AS until
-    FROM pgjobs_kind_stats_hour
-    WHERE %(hourly)s
-)
+
+KIND_STATS_HOURS = """
+-- The per-hour histograms (the sweeper's sums) a dashboard's scope reads, from %(since)s
+-- until %(until)s (the end of the summed hours, as SPAN_START says). Of the scope of one
+-- queue and one kind: its rows; with either open (NULL), the sums the workers keep for
+-- it ('*'): over all, per queue and per kind, not every pair's.
 SELECT h.hour, h.queue, h.kind, h.wait_hist, h.run_hist
 FROM pgjobs_kind_stats_hour AS h
-WHERE %(hourly)s AND h.hour >= %(since)s
-  AND (%(queue)s::text IS NULL OR h.queue = %(queue)s)
-  AND (%(kind)s::text IS NULL OR h.kind = %(kind)s)
-UNION ALL
+WHERE h.hour >= %(since)s AND h.hour < %(until)s
+  AND CASE WHEN %(queue)s::text IS NULL AND %(kind)s::text IS NULL
+           THEN h.queue = '*' OR h.kind = '*'
+           ELSE (h.queue = %(queue)s OR %(queue)s::text IS NULL)
+                AND (h.kind = %(kind)s OR %(kind)s::text IS NULL) END
+"""
+
+KIND_STATS_MINUTES = """
+-- The per-minute histograms a dashboard's scope reads from %(minutes_from)s (after the
+-- last summed hour, or the span's start), as KIND_STATS_HOURS chooses them.
 SELECT m.minute, m.queue, m.kind, m.wait_hist, m.run_hist
-FROM pgjobs_kind_stats AS m, summed
-WHERE m.minute >= greatest(%(since)s, summed.until)
-  AND (%(queue)s::text IS NULL OR m.queue = %(queue)s)
-  AND (%(kind)s::text IS NULL OR m.kind = %(kind)s)
+FROM pgjobs_kind_stats AS m
+WHERE m.minute >= %(minutes_from)s
+  AND CASE WHEN %(queue)s::text IS NULL AND %(kind)s::text IS NULL
+           THEN m.queue = '*' OR m.kind = '*'
+           ELSE (m.queue = %(queue)s OR %(queue)s::text IS NULL)
+                AND (m.kind = %(kind)s OR %(kind)s::text IS NULL) END
 """
 
 SPAN_START = """
 -- The start of the span of %(minutes)s minutes that ends now, at the start of a minute
--- (%(hours)s: of an hour), on the database clock.
-SELECT CASE WHEN %(hours)s
-            THEN date_trunc('hour', now()) - make_interval(mins => %(minutes)s - 60)
-            ELSE date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
-       END,
-       now()
+-- (%(hours)s: of an hour), on the database clock; where its minutes start: after the
+-- last hour the sweeper summed (%(hours)s), else with the span; and, to know them again,
+-- how many summed hours it holds and the newest's id.
+WITH span AS (
+    SELECT CASE WHEN %(hours)s
+                THEN date_trunc('hour', now()) - make_interval(mins => %(minutes)s - 60)
+                ELSE date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
+           END AS since
+)
+SELECT span.since,
+       greatest(span.since, (SELECT coalesce(max(hour) + interval '1 hour',
+                                             '-infinity'::timestamptz)
+                             FROM pgjobs_kind_stats_hour
+                             WHERE %(hours)s)),
+       h.seen, h.newest
+FROM span
+CROSS JOIN LATERAL (SELECT count(*) AS seen, max(id) AS newest
+                    FROM pgjobs_kind_stats_hour
+                    WHERE %(hours)s AND hour >= span.since) AS h
 """
 
 THROUGHPUT_HOURS = """
 -- Jobs done, retried, dead-lettered and cancelled per hour over the last %(hours)s hours
 -- (the current one last), every hour present: the hours the sweeper has summed, then the
 -- minutes after the last of them. Of one queue if %(queue)s is not NULL.
-WITH summed AS (
-    SELECT coalesce(max(hour) + interval '1 hour', '-infinity'::timestamptz) AS until
-    FROM pgjobs_stats_hour
-),
-counts AS (
+WITH counts AS (
     SELECT h.hour AS at, h.succeeded, h.retried, h.dead, h.cancelled
     FROM pgjobs_stats_hour AS h
     WHERE h.hour > date_trunc('hour', now()) - make_interval(hours => %(hours)s)
       AND (%(queue)s::text IS NULL OR h.queue = %(queue)s)
     UNION ALL
     SELECT date_trunc('hour', m.minute), m.succeeded, m.retried, m.dead, m.cancelled
-    FROM pgjobs_stats AS m, summed
-    WHERE m.minute >= summed.until
+    FROM pgjobs_stats AS m
+    WHERE m.minute >= (SELECT coalesce(max(hour) + interval '1 hour', '-infinity'::timestamptz)
+                       FROM pgjobs_stats_hour)
       AND m.minute > date_trunc('hour', now()) - make_interval(hours => %(hours)s)
       AND (%(queue)s::text IS NULL OR m.queue = %(queue)s)
 )
