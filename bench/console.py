@@ -167,7 +167,11 @@ def fill(database: Database, sizes: Sizes) -> dict[str, int]:
         say(f"a batch of {len(members):,} members")
         for statement in (FILL_STATS, FILL_STATS_HOURS, FILL_THROUGHPUT, FILL_THROUGHPUT_HOURS):
             conn.execute(statement)
-        for table in ("pgjobs_job", "pgjobs_dead", "pgjobs_dependency", "pgjobs_kind_stats"):
+        # As autovacuum leaves tables that grew: analyzed, their visibility maps set.
+        for table in (
+            "pgjobs_job", "pgjobs_dead", "pgjobs_dependency", "pgjobs_batch",
+            "pgjobs_kind_stats", "pgjobs_kind_stats_hour", "pgjobs_stats", "pgjobs_stats_hour",
+        ):  # fmt: skip
             conn.execute(f"VACUUM ANALYZE {table}")
         say("vacuumed and analyzed")
         running = conn.execute(
