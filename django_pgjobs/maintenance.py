@@ -24,6 +24,7 @@ from django_pgjobs.models import (
     DeadJob,
     Job,
     JobStats,
+    KindStats,
     QueueControl,
     Worker,
 )
@@ -109,10 +110,14 @@ class Sweeper:
             return Job.objects.prune_done(limit, using=using)
 
         def sum_stats_hours() -> int:
-            return JobStats.objects.sum_hours(using=using)
+            return JobStats.objects.sum_hours(using=using) + KindStats.objects.sum_hours(
+                using=using
+            )
 
         def prune_stats() -> int:
-            return JobStats.objects.prune(limit, using=using)
+            return JobStats.objects.prune(limit, using=using) + KindStats.objects.prune(
+                limit, using=using
+            )
 
         def prune_workers() -> int:
             return Worker.objects.prune(limit, using=using)

@@ -329,7 +329,8 @@ class WorkerStatus:
     @property
     def claiming(self) -> list[str]:
         """The queues it claims from: its queues but those paused on it alone."""
-        return [queue for queue in self.queues if queue not in self.paused_queues]
+        queues = self.queues if isinstance(self.queues, list) else []  # edited by hand
+        return [queue for queue in queues if queue not in self.paused_queues]
 
 
 @dataclass(frozen=True, slots=True)

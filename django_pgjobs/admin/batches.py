@@ -120,8 +120,11 @@ class BatchAdmin(InChosenDatabase, ExactTimes, OfferedFiltersOnly, admin.ModelAd
             page = Batch.objects.members(int(object_id), after=after, limit=MEMBERS_PER_PAGE + 1)
             context["members_page"] = [member_row(member) for member in page[:MEMBERS_PER_PAGE]]
             context["members_after"] = after
+            here = "admin:django_pgjobs_batch_change"
+            context["members_first_url"] = console_url(here, [object_id])
             if len(page) > MEMBERS_PER_PAGE:
-                context["members_next"] = page[MEMBERS_PER_PAGE - 1].job_id
+                last = page[MEMBERS_PER_PAGE - 1].job_id
+                context["members_next_url"] = console_url(here, [object_id], {"after": last})
         return super().change_view(request, object_id, form_url, context)
 
     def _record(self, obj: Batch) -> BatchRecord | None:

@@ -18,7 +18,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, reverse
 from django.views.decorators.cache import never_cache
 
 from django_pgjobs import labels, registry
@@ -37,7 +37,7 @@ from django_pgjobs.admin.databases import (
 )
 from django_pgjobs.admin.filters import INTERNAL_KIND_PREFIX
 from django_pgjobs.admin.glance import oldest_runnable_s, queue_links, total_of
-from django_pgjobs.managers.stats import SPANS
+from django_pgjobs.managers.stats import EVERY, SPANS
 from django_pgjobs.managers.workers import unserved_queues
 from django_pgjobs.models import Dashboard, Job, KindStats, QueueControl, Worker
 from django_pgjobs.options import KIND_MAX_LENGTH, QUEUE_NAME_MAX_LENGTH
@@ -99,7 +99,8 @@ class DashboardAdmin(InChosenDatabase, admin.ModelAdmin):  # type: ignore[type-a
             "opts": self.model._meta,
             "counts": COUNTS,
             "refresh_s": REFRESH_S,
-            "data_url": console_url("admin:django_pgjobs_dashboard_data"),
+            # The JSON of what this page shows: its database, span, queue and kind.
+            "data_url": data_url(request),
             # Django 6 writes its breadcrumbs as a list; 5.2 as links in a div.
             "breadcrumbs_as_list": django.VERSION >= (6, 0),
             "spans": list(SPANS),
@@ -125,6 +126,11 @@ class DashboardAdmin(InChosenDatabase, admin.ModelAdmin):  # type: ignore[type-a
         return JsonResponse(
             {"error": "The dashboard needs the permission to view jobs."}, status=403
         )
+
+
+def data_url(request: HttpRequest) -> str:
+    url = reverse("admin:django_pgjobs_dashboard_data")
+    return f"{url}?{request.GET.urlencode()}" if request.GET else url
 
 
 @dataclass(frozen=True)
@@ -153,8 +159,11 @@ def read_scope(request: HttpRequest) -> Scope | HttpResponse:
         ("queue", queue, QUEUE_NAME_MAX_LENGTH),
         ("kind", kind, KIND_MAX_LENGTH),
     ):
-        if value is not None and ("\x00" in value or len(value) > longest):
-            return _bad(f"No {name} has that name: at most {longest} characters, no NUL.")
+        if value is not None and ("\x00" in value or len(value) > longest or value == EVERY):
+            return _bad(
+                f"No {name} has that name: at most {longest} characters, no NUL, not "
+                f"{EVERY!r} (leave it out for every {name})."
+            )
     return Scope(span, queue, kind)
 
 

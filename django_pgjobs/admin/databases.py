@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlencode
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.template.response import SimpleTemplateResponse
 from django.urls import URLPattern, reverse
 
 from django_pgjobs.conf import pgjobs_settings
@@ -21,6 +22,9 @@ from django_pgjobs.db import connection as db
 
 #: The query parameter that names the console's database.
 PARAMETER = "db"
+#: What a link to the same page in another database leaves behind: the database, the
+#: page, and what names jobs by id (a filter of edges, the search).
+NOT_CARRIED = frozenset({PARAMETER, "p", "parents_of", "children_of", "q", "after"})
 
 
 def chosen_database(request: HttpRequest) -> str | HttpResponse | None:
@@ -43,15 +47,23 @@ def chosen_database(request: HttpRequest) -> str | HttpResponse | None:
 
 
 def in_chosen_database(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """`view` run in the database its request's URL names."""
+    """`view` run in the database its request's URL names, its page rendered there too
+    (a list's columns and an object page's fields are worked out as the template renders,
+    after the view returns)."""
 
     @wraps(view)
     def run(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        user = getattr(request, "user", None)
+        if user is None or not (user.is_active and user.is_staff):
+            return view(request, *args, **kwargs)  # the admin's login: no database named
         database = chosen_database(request)
         if isinstance(database, HttpResponse):
             return database
         with db.console_database(database):
-            return view(request, *args, **kwargs)
+            response = view(request, *args, **kwargs)
+            if isinstance(response, SimpleTemplateResponse) and not response.is_rendered:
+                response.render()
+            return response
 
     return run
 
@@ -85,7 +97,8 @@ def database_context(request: HttpRequest, *, switch: bool = True) -> dict[str, 
         return {"pgjobs_databases": [], "pgjobs_db_query": ""}
     shown = current()
     query = "" if shown == pgjobs_settings.DATABASE else f"?{urlencode({PARAMETER: shown})}"
-    kept = {k: v for k, v in request.GET.items() if k not in (PARAMETER, "p")}
+    # Ids are each database's own: a filter or search that names one stays behind.
+    kept = {k: v for k, v in request.GET.items() if k not in NOT_CARRIED}
     choices = []
     for alias in pgjobs_settings.databases():
         parameters = dict(kept)
@@ -127,6 +140,17 @@ class InChosenDatabase:
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return ConsoleChangeList
 
+    def get_preserved_filters(self, request: HttpRequest) -> str:
+        """The list's filters an object page's links keep (breadcrumbs, history, the
+        redirect after a save), with the page's database when it was named by `?db=`."""
+        preserved: str = super().get_preserved_filters(request)  # type: ignore[misc]
+        if current() == pgjobs_settings.DATABASE or f"{PARAMETER}%3D" in preserved:
+            return preserved
+        if preserved:
+            inner = parse_qs(preserved)["_changelist_filters"][0]
+            return urlencode({"_changelist_filters": f"{inner}&{PARAMETER}={current()}"})
+        return urlencode({"_changelist_filters": f"{PARAMETER}={current()}"})
+
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
@@ -141,4 +165,8 @@ class InChosenDatabase:
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         context = {**database_context(request, switch=False), **(extra_context or {})}
+        if context["pgjobs_databases"]:  # Django's breadcrumbs lead to the list of none
+            opts = self.model._meta  # type: ignore[attr-defined]
+            list_url = console_url(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+            context["pgjobs_list_url"] = list_url
         return super().change_view(request, object_id, form_url, context)  # type: ignore[misc,no-any-return]

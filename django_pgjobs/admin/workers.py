@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import (
     DurationField,
@@ -143,14 +144,16 @@ class WorkerAdmin(InChosenDatabase, ExactTimes, OfferedFiltersOnly, admin.ModelA
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         context = dict(extra_context or {})
-        status = Worker.objects.status_of(object_id)
+        status = Worker.objects.status_of(unquote(object_id))  # the admin's quoted pk
         if status is not None:
             may = self.has_control_permission(request) and status.stopped_at is None
+            queues = status.queues if isinstance(status.queues, list) else []  # edited by hand
             context["queues_here"] = [
-                queue_here(status.queues, status.paused_queues, queue, may)
-                for queue in status.queues
+                queue_here(status.paused_queues, queue, may) for queue in queues
             ]
-            context["queues_url"] = console_url("admin:django_pgjobs_worker_queues", [object_id])
+            context["queues_url"] = console_url(
+                "admin:django_pgjobs_worker_queues", [quote(status.id)]
+            )
         return super().change_view(request, object_id, form_url, context)
 
     def queue_here_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -159,7 +162,7 @@ class WorkerAdmin(InChosenDatabase, ExactTimes, OfferedFiltersOnly, admin.ModelA
         page = console_url("admin:django_pgjobs_worker_change", [object_id])
         if request.method != "POST":
             return HttpResponseRedirect(page)
-        worker = get_object_or_404(Worker.objects.using(current()), pk=object_id)
+        worker = get_object_or_404(Worker.objects.using(current()), pk=unquote(object_id))
         if not self.has_control_permission(request):
             self.message_user(
                 request,
@@ -169,7 +172,8 @@ class WorkerAdmin(InChosenDatabase, ExactTimes, OfferedFiltersOnly, admin.ModelA
             )
             return HttpResponseRedirect(page)
         queue, paused = request.POST.get("queue", ""), request.POST.get("paused")
-        if queue not in (worker.queues or []) or paused not in ("0", "1"):
+        queues = worker.queues if isinstance(worker.queues, list) else []
+        if queue not in queues or paused not in ("0", "1"):
             return HttpResponseBadRequest(
                 "Give one of the worker's queues (queue) and paused=1 or paused=0.",
                 content_type="text/plain",
@@ -263,7 +267,10 @@ class WorkerAdmin(InChosenDatabase, ExactTimes, OfferedFiltersOnly, admin.ModelA
         return format_html_join(
             ", ",
             "{}{}",
-            ((queue, " (paused here)" if queue in paused else "") for queue in obj.queues or []),
+            (
+                (queue, " (paused here)" if queue in paused else "")
+                for queue in (obj.queues if isinstance(obj.queues, list) else [])
+            ),
         )
 
     @admin.display(description="started", ordering="started_at")
@@ -324,16 +331,17 @@ def worker_state(obj: Worker) -> str:
     return "live"
 
 
-def queue_here(
-    queues: list[str], paused: dict[str, dict[str, str]], queue: str, may_control: bool
-) -> dict[str, Any]:
+def queue_here(paused: dict[str, dict[str, str]], queue: str, may_control: bool) -> dict[str, Any]:
     """A row of a worker's page's queues: claimed from here, or paused here by whom and
     since when, with the button that turns it (for those who may)."""
     how = paused.get(queue)
     if how is None:
         state: SafeString | str = "claiming"
     else:
-        at = parse_datetime(how.get("at", "") or "")
+        try:
+            at = parse_datetime(how.get("at", "") or "")
+        except ValueError:  # a value edited by hand that looks like a date and is none
+            at = None
         state = format_html(
             "paused here by {} since {}",
             how.get("by") or "?",

@@ -99,21 +99,16 @@ class JobStatsManager(models.Manager["JobStats"]):
         return [ThroughputPoint(at, *(int(n) for n in counts)) for at, *counts in rows]
 
     def sum_hours(self, *, using: str | None = None) -> int:
-        """Sum the minutes of each ended hour not yet summed, counts and histograms, into
-        the per-hour tables (the sweeper's; once per hour). Returns the rows written."""
-        return db.rowcount(sql.SUM_STATS_HOURS, {}, using) + db.rowcount(
-            sql.SUM_KIND_STATS_HOURS, {}, using
-        )
+        """Sum the minutes of each ended hour not yet summed into `pgjobs_stats_hour`
+        (the sweeper's; once per hour). Returns the rows written."""
+        return db.rowcount(sql.SUM_STATS_HOURS, {}, using)
 
     def prune(self, limit: int, *, using: str | None = None) -> int:
         """Delete up to `limit` minutes older than a day, and up to `limit` hours older
-        than STATS_HOURS_KEPT, of each table."""
+        than STATS_HOURS_KEPT."""
         hours = {"limit": limit, "hours": STATS_HOURS_KEPT}
-        return (
-            db.rowcount(sql.PRUNE_STATS, {"limit": limit}, using)
-            + db.rowcount(sql.PRUNE_KIND_STATS, {"limit": limit}, using)
-            + db.rowcount(sql.PRUNE_STATS_HOURS, hours, using)
-            + db.rowcount(sql.PRUNE_KIND_STATS_HOURS, hours, using)
+        return db.rowcount(sql.PRUNE_STATS, {"limit": limit}, using) + db.rowcount(
+            sql.PRUNE_STATS_HOURS, hours, using
         )
 
 
@@ -148,6 +143,19 @@ class KindStatsManager(models.Manager["KindStats"]):
         ]
         db.rowcount(sql.RECORD_KIND_STATS, {"kinds": json.dumps(document)}, using)
 
+    def sum_hours(self, *, using: str | None = None) -> int:
+        """Sum the minutes of each ended hour not yet summed into
+        `pgjobs_kind_stats_hour` (the sweeper's; once per hour). Returns the rows written."""
+        return db.rowcount(sql.SUM_KIND_STATS_HOURS, {}, using)
+
+    def prune(self, limit: int, *, using: str | None = None) -> int:
+        """Delete up to `limit` minutes older than a day, and up to `limit` hours older
+        than STATS_HOURS_KEPT."""
+        hours = {"limit": limit, "hours": STATS_HOURS_KEPT}
+        return db.rowcount(sql.PRUNE_KIND_STATS, {"limit": limit}, using) + db.rowcount(
+            sql.PRUNE_KIND_STATS_HOURS, hours, using
+        )
+
     def latency(
         self,
         span: str = "hour",
@@ -160,7 +168,9 @@ class KindStatsManager(models.Manager["KindStats"]):
         over time, per queue and per kind; of one queue and of one kind if given. Read from
         the workers' histograms (the day and the week from the sweeper's per-hour sums),
         never from the job table."""
-        shape = SPANS[span]
+        shape = SPANS.get(span)
+        if shape is None:
+            raise ValueError(f"span is one of {', '.join(SPANS)}, not {span!r:.40}.")
         [(since, minutes_from, *summed)] = db.fetchall(
             sql.SPAN_START, {"minutes": shape.minutes, "hours": shape.hourly}, using
         )

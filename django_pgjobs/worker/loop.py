@@ -248,6 +248,8 @@ class Worker:
                 if quiet
                 else "asked to run again from the console: claiming jobs",
             )
+        # Quiet first: the loop never claims with no queue left to claim from.
+        self.pacing.quiet = quiet or not claiming
         if claiming != self.claiming:
             self.claiming, changed = claiming, True
             paused = [q for q in self.options.queues if q not in claiming]
@@ -256,7 +258,6 @@ class Worker:
                 ", ".join(paused) or "none",
                 ", ".join(claiming) or "none",
             )
-        self.pacing.quiet = quiet or not claiming
         if changed:
             self.wakeup.wake()
 
@@ -433,6 +434,8 @@ class Worker:
         if not pacing.maybe_more or free <= 0 or self.faults.waiting(now):
             return
         using, queues = self.options.using, self.claiming
+        if not queues:  # every queue paused on this worker alone
+            return
         try:
             Job.objects.tune_worker_connection(using=using)
             asked_at = time.monotonic()
@@ -560,7 +563,8 @@ class Worker:
         return max(0.0, min(deadlines) - now)
 
     def _wait(self, timeout: float) -> None:
-        if self.wakeup.wait(timeout, self.options.queues):
+        # A NOTIFY of a queue paused on this worker alone does not wake it.
+        if self.wakeup.wait(timeout, self.claiming or self.options.queues):
             self.pacing.look_again()
         for job_id, token in self.wakeup.take_cancels():
             if self.leases.cancel(job_id, token, "cancelled"):

@@ -22,7 +22,7 @@ setup_test_environment()
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.test import Client
-from django_pgjobs.models import DeadJob, Job
+from django_pgjobs.models import DeadJob, Job, Worker
 
 client = Client()
 client.force_login(User.objects.create_superuser("root", password="pw-pw-pw-pw"))
@@ -58,7 +58,14 @@ seen["cancelled"] = [
 ]
 seen["log"] = [e.change_message for e in LogEntry.objects.order_by("id")]
 status, letter = page(f"/admin/django_pgjobs/deadjob/{other.id}/change/", db="jobs_a")
-seen["timeline of jobs_a"] = "cancelled by root" in letter
+seen["timeline of jobs_a"] = [
+    "by root" in letter,  # the log entry of the cancel, in the letter's timeline
+    'href="/admin/django_pgjobs/deadjob/?db=jobs_a">the list of this database' in letter,
+]
+status, main_page = page(f"/admin/django_pgjobs/job/{main.id}/change/")
+seen["timeline of default"] = [status, "by root" not in main_page]
+seen["crumbs"] = re.findall(r'href="(/admin/django_pgjobs/deadjob/[^"]*)"', letter)
+seen["form keeps db"] = 'action="?_changelist_filters=db%3Djobs_a"' in letter
 response = client.post(
     "/admin/django_pgjobs/deadjob/?db=jobs_a",
     {"action": "requeue", "_selected_action": [str(other.id)]},
@@ -71,8 +78,22 @@ seen["requeued"] = [
 data = client.get("/admin/django_pgjobs/dashboard/data/", {"db": "jobs_a"}).json()
 seen["dashboard"] = [data["database"], *(q["queue"] for q in data["queues"])]
 status, dashboard = page("/admin/django_pgjobs/dashboard/", db="jobs_b")
-data_url = 'data-url="/admin/django_pgjobs/dashboard/data/?db=jobs_b"'
-seen["dashboard page"] = [status, data_url in dashboard]
+data_url = 'data-url="/admin/django_pgjobs/dashboard/data/?db=jobs_b&amp;span=week"'
+status, dashboard = page("/admin/django_pgjobs/dashboard/", db="jobs_b", span="week")
+seen["dashboard page"] = [
+    status,
+    data_url in dashboard,
+    '<input type="hidden" name="db" value="jobs_b">' in dashboard,
+    client.get("/admin/django_pgjobs/dashboard/data/?db=jobs_b&span=week").status_code,
+]
+Worker.objects.using("jobs_a").create(
+    id="vm:1:abc", host="vm", pid=1, queues=["ingestion"], concurrency=1, version="t",
+    heartbeat_s=5,
+)
+status, workers = page("/admin/django_pgjobs/worker/", db="jobs_a")
+link = re.search(r'href="(/admin/django_pgjobs/worker/vm[^"]*/change/[^"]*)"', workers)
+status, worker = page(link[1].replace("&amp;", "&")) if link else (None, "")
+seen["worker page"] = [bool(link), status, "Its queues" in worker, "ingestion" in worker]
 seen["refused"] = [
     client.get("/admin/django_pgjobs/job/", {"db": "nope"}).status_code,
     client.get("/admin/django_pgjobs/dashboard/data/", {"db": "nope"}).status_code,
@@ -97,8 +118,13 @@ def test_the_console_shows_and_acts_on_the_database_its_url_names() -> None:
     location, dead_in_jobs_a, main_untouched = seen["cancelled"]
     assert location.endswith("?db=jobs_a") and dead_in_jobs_a and main_untouched
     assert seen["log"][0].endswith("(database jobs_a)")
-    assert seen["timeline of jobs_a"]
+    assert seen["timeline of jobs_a"] == [True, True], seen["crumbs"]
+    assert seen["timeline of default"] == [200, True]
+    assert seen[
+        "form keeps db"
+    ]  # the list's preserved filters carry the database  # the same id's entries are jobs_a's
     assert seen["requeued"] == [302, True, 0]
     assert seen["dashboard"] == ["jobs_a", "ingestion"]
-    assert seen["dashboard page"] == [200, True]
+    assert seen["dashboard page"] == [200, True, True, 200]
+    assert seen["worker page"] == [True, 200, True, True]
     assert seen["refused"] == [400, 400, 400]

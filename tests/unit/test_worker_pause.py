@@ -8,6 +8,7 @@ import json
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission, User
 from django.core.management import CommandError, call_command
 from django.test import Client
@@ -79,8 +80,10 @@ def test_the_workers_page_pauses_and_resumes_a_queue_there_for_those_who_may(
     client: Client,
 ) -> None:
     beat()
-    page_url = reverse("admin:django_pgjobs_worker_change", args=[WORKER])
-    action = reverse("admin:django_pgjobs_worker_queues", args=[WORKER])
+    # As the list links them: the id quoted (":" as "_3A").
+    page_url = reverse("admin:django_pgjobs_worker_change", args=[quote(WORKER)])
+    action = reverse("admin:django_pgjobs_worker_queues", args=[quote(WORKER)])
+    assert "_3A" in page_url
     viewer = operator(client, "viewer")
     page = viewer.get(page_url).content.decode()
     assert 'data-queue="mail"' in page and "Pause here" not in page

@@ -4,6 +4,22 @@ read from both."""
 
 from __future__ import annotations
 
+
+def _summed_until(table: str, condition: str = "true") -> str:
+    """Where the minutes not yet summed into `table` start: an hour after the last summed
+    hour, or -infinity (none). A row dated past the current hour (edited by hand, or
+    written under a skewed clock) is not taken for one, or nothing would be summed again."""
+    return (
+        f"(SELECT coalesce(max(hour) + interval '1 hour', '-infinity'::timestamptz) "
+        f"FROM {table} WHERE hour < date_trunc('hour', now()) AND {condition})"
+    )
+
+
+def _clamped(expression: str) -> str:
+    """A sum of counts as an `int` column holds it (rows edited by hand may hold anything)."""
+    return f"least(greatest({expression}, 0), 2147483647)::int"
+
+
 RECORD_STATS = """
 -- Add a worker's counts of finished jobs to the current minute of each queue.
 INSERT INTO pgjobs_stats AS s (minute, queue, succeeded, retried, dead, cancelled)
@@ -43,8 +59,8 @@ WITH counted AS (
     GROUP BY 1
 )
 SELECT {_FIRST_BUCKET} + b.bucket * make_interval(mins => %(bucket_min)s),
-       coalesce(c.succeeded, 0)::int, coalesce(c.retried, 0)::int, coalesce(c.dead, 0)::int,
-       coalesce(c.cancelled, 0)::int
+       {_clamped("coalesce(c.succeeded, 0)")}, {_clamped("coalesce(c.retried, 0)")},
+       {_clamped("coalesce(c.dead, 0)")}, {_clamped("coalesce(c.cancelled, 0)")}
 FROM generate_series(0, %(buckets)s - 1) AS b(bucket)
 LEFT JOIN counted AS c ON c.bucket = b.bucket
 ORDER BY b.bucket
@@ -106,11 +122,11 @@ WHERE m.minute >= %(minutes_from)s
                 AND (m.kind = %(kind)s OR %(kind)s::text IS NULL) END
 """
 
-SPAN_START = """
+SPAN_START = f"""
 -- The start of the span of %(minutes)s minutes that ends now, at the start of a minute
 -- (%(hours)s: of an hour), on the database clock; where its minutes start: after the
--- last hour the sweeper summed (%(hours)s), else with the span; and, to know them again,
--- how many summed hours it holds and the newest's id.
+-- last hour the sweeper summed (%(hours)s), else with the span; and, to know the summed
+-- hours again, the newest's id (the sweeper only adds rows).
 WITH span AS (
     SELECT CASE WHEN %(hours)s
                 THEN date_trunc('hour', now()) - make_interval(mins => %(minutes)s - 60)
@@ -118,18 +134,12 @@ WITH span AS (
            END AS since
 )
 SELECT span.since,
-       greatest(span.since, (SELECT coalesce(max(hour) + interval '1 hour',
-                                             '-infinity'::timestamptz)
-                             FROM pgjobs_kind_stats_hour
-                             WHERE %(hours)s)),
-       h.seen, h.newest
+       greatest(span.since, {_summed_until("pgjobs_kind_stats_hour", "%(hours)s")}),
+       (SELECT max(id) FROM pgjobs_kind_stats_hour WHERE %(hours)s)
 FROM span
-CROSS JOIN LATERAL (SELECT count(*) AS seen, max(id) AS newest
-                    FROM pgjobs_kind_stats_hour
-                    WHERE %(hours)s AND hour >= span.since) AS h
 """
 
-THROUGHPUT_HOURS = """
+THROUGHPUT_HOURS = f"""
 -- Jobs done, retried, dead-lettered and cancelled per hour over the last %(hours)s hours
 -- (the current one last), every hour present: the hours the sweeper has summed, then the
 -- minutes after the last of them. Of one queue if %(queue)s is not NULL.
@@ -141,13 +151,13 @@ WITH counts AS (
     UNION ALL
     SELECT date_trunc('hour', m.minute), m.succeeded, m.retried, m.dead, m.cancelled
     FROM pgjobs_stats AS m
-    WHERE m.minute >= (SELECT coalesce(max(hour) + interval '1 hour', '-infinity'::timestamptz)
-                       FROM pgjobs_stats_hour)
+    WHERE m.minute >= {_summed_until("pgjobs_stats_hour")}
       AND m.minute > date_trunc('hour', now()) - make_interval(hours => %(hours)s)
       AND (%(queue)s::text IS NULL OR m.queue = %(queue)s)
 )
-SELECT b.at, coalesce(sum(c.succeeded), 0)::int, coalesce(sum(c.retried), 0)::int,
-       coalesce(sum(c.dead), 0)::int, coalesce(sum(c.cancelled), 0)::int
+SELECT b.at, {_clamped("coalesce(sum(c.succeeded), 0)")},
+       {_clamped("coalesce(sum(c.retried), 0)")}, {_clamped("coalesce(sum(c.dead), 0)")},
+       {_clamped("coalesce(sum(c.cancelled), 0)")}
 FROM generate_series(date_trunc('hour', now()) - make_interval(hours => %(hours)s - 1),
                      date_trunc('hour', now()), interval '1 hour') AS b(at)
 LEFT JOIN counts AS c ON c.at = b.at
@@ -155,22 +165,21 @@ GROUP BY b.at
 ORDER BY b.at
 """
 
-SUM_STATS_HOURS = """
+SUM_STATS_HOURS = f"""
 -- Sum each queue's per-minute counts into one row per hour, for the hours after the last
 -- summed one that ended more than two minutes ago (a worker's write of a minute commits
 -- after it); once per hour: a second sweeper's sum conflicts and does nothing.
 INSERT INTO pgjobs_stats_hour (hour, queue, succeeded, retried, dead, cancelled)
-SELECT date_trunc('hour', s.minute), s.queue, sum(s.succeeded), sum(s.retried),
-       sum(s.dead), sum(s.cancelled)
+SELECT date_trunc('hour', s.minute), s.queue, {_clamped("sum(s.succeeded)")},
+       {_clamped("sum(s.retried)")}, {_clamped("sum(s.dead)")}, {_clamped("sum(s.cancelled)")}
 FROM pgjobs_stats AS s
-WHERE s.minute >= (SELECT coalesce(max(hour) + interval '1 hour', '-infinity'::timestamptz)
-                   FROM pgjobs_stats_hour)
+WHERE s.minute >= {_summed_until("pgjobs_stats_hour")}
   AND s.minute < date_trunc('hour', now() - interval '2 minutes')
 GROUP BY 1, 2
 ON CONFLICT (hour, queue) DO NOTHING
 """
 
-SUM_KIND_STATS_HOURS = """
+SUM_KIND_STATS_HOURS = f"""
 -- Sum each queue's and kind's per-minute runs and histograms into one row per hour, for
 -- the hours after the last summed one that ended more than two minutes ago; once per
 -- hour, as SUM_STATS_HOURS.
@@ -178,9 +187,7 @@ WITH minutes AS (
     SELECT date_trunc('hour', s.minute) AS hour, s.queue, s.kind, s.runs, s.wait_hist,
            s.run_hist
     FROM pgjobs_kind_stats AS s
-    WHERE s.minute >= (SELECT coalesce(max(hour) + interval '1 hour',
-                                       '-infinity'::timestamptz)
-                       FROM pgjobs_kind_stats_hour)
+    WHERE s.minute >= {_summed_until("pgjobs_kind_stats_hour")}
       AND s.minute < date_trunc('hour', now() - interval '2 minutes')
       AND jsonb_typeof(s.wait_hist) = 'array' AND jsonb_typeof(s.run_hist) = 'array'
 ),

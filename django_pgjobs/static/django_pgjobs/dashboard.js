@@ -6,7 +6,7 @@
   "use strict";
   var root = document.getElementById("pgjobs-dashboard");
   if (!root) return;
-  var url = root.dataset.url + window.location.search;
+  var url = root.dataset.url;  // the JSON of what this page shows (its query included)
   var every = Math.max(1, Number(root.dataset.every) || 5) * 1000;
   var chooser = document.getElementById("pgjobs-every");
   var KEPT = "pgjobs.dashboard.every";
