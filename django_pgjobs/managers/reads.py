@@ -109,21 +109,21 @@ class JobReads(models.Manager["Job"]):
         estimates = (
             sql.ESTIMATE_RUNNABLE,
             sql.ESTIMATE_SCHEDULED,
+            sql.ESTIMATE_RUNNING,
             sql.ESTIMATE_DEAD,
             sql.ESTIMATE_RETRYING,
             sql.ESTIMATE_DONE,
         )
         overview = []
         for queue, runnable_n, scheduled_n, running_n, dead_n, oldest, *more in rows:
-            runnable, scheduled, dead, retrying, done = (
+            runnable, scheduled, running, dead, retrying, done = (
                 Count(int(value))
                 if value <= COUNT_CAP
                 else Count(db.estimate(statement, {"queue": queue}, using), estimated=True)
                 for value, statement in zip(
-                    (runnable_n, scheduled_n, dead_n, *more), estimates, strict=True
+                    (runnable_n, scheduled_n, running_n, dead_n, *more), estimates, strict=True
                 )
             )
-            running = Count(int(running_n))  # exact: as many as the workers' slots at most
             overview.append(
                 QueueOverview(
                     queue,

@@ -237,9 +237,15 @@ class Job(JobColumns):
             models.Index(
                 fields=["id"], name="pgjobs_job_waiting", condition=Q(state=JobState.WAITING)
             ),
-            # The admin's search: a kind or a key by its start.
+            # The admin's kind filter, newest first, and its search of a kind by its start.
             models.Index(
-                fields=["kind"], name="pgjobs_job_kind_prefix", opclasses=["text_pattern_ops"]
+                fields=["kind", "id"],
+                name="pgjobs_job_kind",
+                opclasses=["text_pattern_ops", "int8_ops"],
+            ),
+            # The console's running jobs per queue: which queues, how many (capped).
+            models.Index(
+                fields=["queue"], name="pgjobs_job_running", condition=Q(state=JobState.RUNNING)
             ),
             models.Index(
                 fields=["key"],
@@ -306,11 +312,16 @@ class DeadJob(JobColumns):
         indexes: ClassVar[list[models.Index]] = [
             models.Index(fields=["died_at"], name="pgjobs_dead_died_at"),
             models.Index(fields=["queue", "died_at"], name="pgjobs_dead_queue"),
-            # The admin's reason filter, newest first.
+            # The admin's reason filter, newest first; with a queue too.
             models.Index(fields=["category", "died_at"], name="pgjobs_dead_category"),
-            # The admin's search: a kind or a key by its start.
             models.Index(
-                fields=["kind"], name="pgjobs_dead_kind_prefix", opclasses=["text_pattern_ops"]
+                fields=["queue", "category", "died_at"], name="pgjobs_dead_queue_category"
+            ),
+            # The admin's kind filter, newest first, and its search of a kind by its start.
+            models.Index(
+                fields=["kind", "died_at", "id"],
+                name="pgjobs_dead_kind",
+                opclasses=["text_pattern_ops", "timestamptz_ops", "int8_ops"],
             ),
             models.Index(
                 fields=["key"],

@@ -212,6 +212,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "ESTIMATE_SCHEDULED": {"queue": "default"},
     "ESTIMATE_DEAD": {"queue": "default"},
     "ESTIMATE_RETRYING": {"queue": "default"},
+    "ESTIMATE_RUNNING": {"queue": "default"},
     "ESTIMATE_DONE": {"queue": "default"},
     "HEARTBEAT_WORKER": {
         "id": "host:1:abc",
@@ -467,7 +468,7 @@ def test_pruning_batches_walks_an_index_of_their_ends() -> None:
         ({"queue": "emails"}, "pgjobs_dead_queue"),
         ({"category": "failed"}, "pgjobs_dead_category"),
         ({"category": "dependency"}, "pgjobs_dead_category"),
-        ({"kind_pattern": "billing.%"}, "pgjobs_dead_kind_prefix"),
+        ({"kind_pattern": "billing.%"}, "pgjobs_dead_kind"),
     ],
 )
 def test_a_listing_of_dead_letters_walks_the_index_of_its_filter(

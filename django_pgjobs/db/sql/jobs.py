@@ -338,9 +338,9 @@ SELECT count(*) FROM pruned
 """
 
 LIVE_QUEUE_NAMES = """
--- The queues that hold pending or running jobs. Pending queues come from a skip scan of
--- the schedule index, one probe per queue, never a DISTINCT over the backlog; running
--- jobs are few.
+-- The queues that hold pending or running jobs, each from a skip scan of its state's
+-- index (schedule, running), one probe per queue, never a DISTINCT over the backlog or
+-- over a large fleet's running jobs.
 WITH RECURSIVE pending_queues (queue) AS (
     (SELECT j.queue FROM pgjobs_job AS j WHERE j.state = 'pending' ORDER BY j.queue LIMIT 1)
     UNION ALL
@@ -349,25 +349,26 @@ WITH RECURSIVE pending_queues (queue) AS (
             ORDER BY j.queue LIMIT 1)
     FROM pending_queues AS p
     WHERE p.queue IS NOT NULL
+),
+running_queues (queue) AS (
+    (SELECT j.queue FROM pgjobs_job AS j WHERE j.state = 'running' ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM pgjobs_job AS j
+            WHERE j.state = 'running' AND j.queue > r.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM running_queues AS r
+    WHERE r.queue IS NOT NULL
 )
 SELECT queue FROM pending_queues WHERE queue IS NOT NULL
 UNION
-SELECT DISTINCT queue FROM pgjobs_job WHERE state = 'running'
+SELECT queue FROM running_queues WHERE queue IS NOT NULL
 """
 
 QUEUE_OVERVIEW = """
--- Per queue: runnable, scheduled and dead jobs, each counted up to %(cap)s + 1 rows along
--- an index (a count at the cap is estimated by the caller); running jobs, counted
--- exactly in one pass (there are at most as many as the workers' slots); the age of
--- the oldest runnable job in seconds, by the database clock; then the pending jobs that
+-- Per queue: runnable, scheduled, running and dead jobs, each counted up to %(cap)s + 1
+-- rows along an index (a count at the cap is estimated by the caller); the age of the
+-- oldest runnable job in seconds, by the database clock; then the pending jobs that
 -- were tried before (retrying) and the done ones (retained results), capped the same.
--- MATERIALIZED: the running count is one pass for every queue, not one per queue.
-WITH running AS MATERIALIZED (
-    SELECT j.queue, count(*) AS n
-    FROM pgjobs_job AS j
-    WHERE j.state = 'running' AND j.queue = ANY(%(queues)s::text[])
-    GROUP BY j.queue
-)
 SELECT q.name,
        (SELECT count(*) FROM (SELECT 1 FROM pgjobs_job AS j
                               WHERE j.state = 'pending' AND j.queue = q.name
@@ -377,7 +378,9 @@ SELECT q.name,
                               WHERE j.state = 'pending' AND j.queue = q.name
                                 AND j.run_after > now()
                               LIMIT %(cap)s + 1) AS c),
-       coalesce((SELECT r.n FROM running AS r WHERE r.queue = q.name), 0),
+       (SELECT count(*) FROM (SELECT 1 FROM pgjobs_job AS j
+                              WHERE j.state = 'running' AND j.queue = q.name
+                              LIMIT %(cap)s + 1) AS c),
        (SELECT count(*) FROM (SELECT 1 FROM pgjobs_dead AS d WHERE d.queue = q.name
                               LIMIT %(cap)s + 1) AS c),
        (SELECT extract(epoch FROM now() - min(j.run_after))::float8 FROM pgjobs_job AS j
@@ -411,6 +414,12 @@ ESTIMATE_RETRYING = """
 -- The planner's estimate of a queue's retrying jobs (for counts past the cap).
 EXPLAIN (FORMAT JSON)
 SELECT 1 FROM pgjobs_job WHERE state = 'pending' AND attempts > 0 AND queue = %(queue)s
+"""
+
+ESTIMATE_RUNNING = """
+-- The planner's estimate of a queue's running jobs (for counts past the cap).
+EXPLAIN (FORMAT JSON)
+SELECT 1 FROM pgjobs_job WHERE state = 'running' AND queue = %(queue)s
 """
 
 ESTIMATE_DONE = """
