@@ -6,7 +6,9 @@
 - the kind filters of the job and dead-letter lists, newest first: (kind, id) and
   (kind, died_at, id), which replace the kind-prefix indexes of the search (a kind's
   start still reads along them); a kind with few jobs no longer walks the whole table;
-- the dead letters of a queue by reason, newest first.
+- the dead letters of a queue by reason, newest first, with the planner told how often
+  each queue meets each reason (extended statistics): a pair that never meets (no expired
+  letter in a queue) walked another index to its end, 0.8 s at 10 M letters.
 """
 
 from django.contrib.postgres.operations import AddIndexConcurrently, RemoveIndexConcurrently
@@ -53,4 +55,9 @@ class Migration(migrations.Migration):
             ),
         ),
         RemoveIndexConcurrently(model_name="deadjob", name="pgjobs_dead_kind_prefix"),
+        migrations.RunSQL(
+            "CREATE STATISTICS IF NOT EXISTS pgjobs_dead_queue_category_stats (mcv) "
+            "ON queue, category FROM pgjobs_dead",
+            "DROP STATISTICS IF EXISTS pgjobs_dead_queue_category_stats",
+        ),
     ]

@@ -17,7 +17,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.browser.conftest import ACTION_MESSAGE, SCREENSHOTS, shoot
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.browser]
 
 
 def open_glance(driver: WebDriver) -> None:

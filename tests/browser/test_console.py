@@ -25,7 +25,7 @@ from tests.browser.conftest import ACTION_MESSAGE, shoot_widths
 from tests.example import example_env, manage
 from tests.spawn import ROOT
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.browser]
 
 
 def log_in(driver: WebDriver, site: str) -> None:
@@ -168,7 +168,7 @@ def test_the_dashboard_follows_the_queue_and_the_workers_without_a_reload(
         )
     )
     assert driver.find_elements(By.CSS_SELECTOR, lines), "the refresh kept the span's chart"
-    shoot_widths(driver, "16-dashboard-week")
+    shoot_widths(driver, "18-dashboard-week")
 
     driver.get(f"{site}/admin/django_pgjobs/worker/")
     live = driver.find_elements(By.CSS_SELECTOR, "#result_list .pgjobs-worker-live")
@@ -269,3 +269,62 @@ def test_search_filters_and_every_action_in_the_browser(site: str, browser: WebD
     shoot_widths(driver, "16-dead-letters")
     driver.get(f"{site}/admin/django_pgjobs/schedule/")
     shoot_widths(driver, "17-schedules")
+
+
+SETUP = """
+from django_pgjobs.batches import Callback, batch
+from django_pgjobs.models import Worker
+from example_project.demo.jobs import send_digest
+
+with batch(on_complete=Callback(send_digest, user="all@example.invalid")) as b:
+    for n in range(60):
+        b.add(send_digest, user=f"m{n}@example.invalid")
+print("BATCH", b.id)
+Worker.objects.heartbeat(
+    "web-1:4242:ab12", host="web-1", pid=4242, queues=["demo", "maintenance"],
+    concurrency=4, version="t", heartbeat_s=3600, running=0, succeeded=0, failed=0,
+)
+"""
+
+
+def test_a_batchs_members_and_a_queue_paused_on_one_worker(
+    site: str, browser: WebDriver, example_database: str
+) -> None:
+    """Issue 29, items 9 and 13: a batch's page lists its members, paged, each a link;
+    a worker's page pauses one of its queues on it alone, and resumes it."""
+    driver = browser
+    wait = WebDriverWait(driver, 15)
+    batch_id = manage(example_database, "shell", "-c", SETUP).split("BATCH ")[1].split()[0]
+    log_in(driver, site)
+
+    driver.get(f"{site}/admin/django_pgjobs/batch/")
+    driver.find_element(By.LINK_TEXT, batch_id).click()
+    wait.until(expected_conditions.presence_of_element_located((By.ID, "pgjobs-batch-members")))
+    members = driver.find_elements(By.CSS_SELECTOR, "#pgjobs-batch-members tr.pgjobs-member")
+    assert len(members) == 50
+    assert members[0].find_element(By.TAG_NAME, "a").get_attribute("href").endswith("/change/")
+    shoot_widths(driver, "19-batch-page", height=1400)
+    driver.find_element(By.CSS_SELECTOR, "#pgjobs-batch-members a.pgjobs-next").click()
+    wait.until(expected_conditions.url_contains("after="))
+    rest = driver.find_elements(By.CSS_SELECTOR, "#pgjobs-batch-members tr.pgjobs-member")
+    assert len(rest) == 10
+    rest[0].find_element(By.TAG_NAME, "a").click()  # a member's page links its batch
+    wait.until(expected_conditions.presence_of_element_located((By.LINK_TEXT, f"#{batch_id}")))
+
+    driver.get(f"{site}/admin/django_pgjobs/worker/")
+    driver.find_element(By.PARTIAL_LINK_TEXT, "web-1:4242:ab12").click()  # the quoted id
+    row = '#pgjobs-queues-here tr[data-queue="maintenance"]'
+    wait.until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, row)))
+    assert "claiming" in text_of(driver, row)
+    driver.find_element(By.CSS_SELECTOR, f"{row} button").click()
+    found = wait.until(
+        expected_conditions.presence_of_element_located((By.CSS_SELECTOR, ACTION_MESSAGE))
+    )
+    assert "Queue maintenance paused on worker web-1:4242:ab12 alone" in found.text
+    assert "paused here by admin since" in text_of(driver, row)
+    assert "claiming" in text_of(driver, '#pgjobs-queues-here tr[data-queue="demo"]')
+    shoot_widths(driver, "20-worker-page", height=1200)
+    driver.find_element(By.CSS_SELECTOR, f"{row} button").click()
+    wait.until(lambda d: "claiming" in text_of(d, row))
+    driver.get(f"{site}/admin/")
+    assert "Resumed queue maintenance here." in text_of(driver, "#recent-actions-module")
