@@ -247,13 +247,10 @@ class ReadOnlyJobAdmin(
         """A link to a job that is not in this table: its page in the other one (a job
         that died, a letter requeued), or the list, with what became of it."""
         for model, name in ((Job, "job"), (DeadJob, "deadjob")):
-            if (
-                model is not self.model
-                and model.objects.using(current()).filter(pk=job_id).exists()
-            ):
-                return HttpResponseRedirect(
-                    console_url(f"admin:django_pgjobs_{name}_change", [job_id])
-                )
+            there = model.objects.using(current()).filter(pk=job_id)
+            if model is not self.model and there.exists():
+                page = console_url(f"admin:django_pgjobs_{name}_change", [job_id])
+                return HttpResponseRedirect(page)
         self.message_user(
             request,
             f"Job #{job_id} is no longer here: it ended and was not kept (a done job stays "

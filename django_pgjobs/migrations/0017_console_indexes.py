@@ -26,6 +26,7 @@ class Migration(migrations.Migration):
         AddIndexConcurrently(
             model_name="job",
             index=models.Index(
+                condition=models.Q(("kind__isnull", False)),
                 fields=["kind", "id"],
                 name="pgjobs_job_kind",
                 opclasses=["text_pattern_ops", "int8_ops"],
@@ -49,6 +50,7 @@ class Migration(migrations.Migration):
         AddIndexConcurrently(
             model_name="deadjob",
             index=models.Index(
+                condition=models.Q(("kind__isnull", False)),
                 fields=["kind", "died_at", "id"],
                 name="pgjobs_dead_kind",
                 opclasses=["text_pattern_ops", "timestamptz_ops", "int8_ops"],

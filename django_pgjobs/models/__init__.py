@@ -238,10 +238,13 @@ class Job(JobColumns):
                 fields=["id"], name="pgjobs_job_waiting", condition=Q(state=JobState.WAITING)
             ),
             # The admin's kind filter, newest first, and its search of a kind by its start.
+            # Partial on what every row holds, so that only a statement that names a kind
+            # reads it: a claim's or an ack's probe by id must never walk it for its id.
             models.Index(
                 fields=["kind", "id"],
                 name="pgjobs_job_kind",
                 opclasses=["text_pattern_ops", "int8_ops"],
+                condition=Q(kind__isnull=False),
             ),
             # The console's running jobs per queue: which queues, how many (capped).
             models.Index(
@@ -322,6 +325,7 @@ class DeadJob(JobColumns):
                 fields=["kind", "died_at", "id"],
                 name="pgjobs_dead_kind",
                 opclasses=["text_pattern_ops", "timestamptz_ops", "int8_ops"],
+                condition=Q(kind__isnull=False),  # as pgjobs_job_kind
             ),
             models.Index(
                 fields=["key"],

@@ -157,12 +157,11 @@ class Worker:
         self.stats = WorkerStats()
         jobs = Job.objects
         self.pacing = Pacing(
-            concurrency=concurrency, prefetch=prefetch, poll_interval=self.options.poll_interval
+            concurrency=concurrency,
+            prefetch=prefetch,
+            poll_interval=self.options.poll_interval,
+            queues=tuple(self.options.queues),
         )
-        #: What operators asked at the last heartbeat: quiet, and the queues it claims
-        #: from (its queues but those paused on it alone).
-        self._asked_quiet = False
-        self.claiming: tuple[str, ...] = tuple(self.options.queues)
         self.faults = Faults(using, on_failure=self.pacing.look_again)
         self.wakeup = Wakeup(
             using=using, listen=self.options.listen, poll_interval=self.options.poll_interval
@@ -237,11 +236,12 @@ class Worker:
                 logger.warning("asked to stop from the console: stopping after the running jobs")
             self.stop()
             return
+        pacing = self.pacing
         quiet = asked.asked == WorkerAsk.QUIET
         claiming = tuple(q for q in self.options.queues if q not in asked.paused_queues)
         changed = False
-        if quiet != self._asked_quiet:
-            self._asked_quiet, changed = quiet, True
+        if quiet != pacing.asked_quiet:
+            pacing.asked_quiet, changed = quiet, True
             logger.warning(
                 "%s",
                 "asked to go quiet from the console: claiming no more jobs"
@@ -249,9 +249,9 @@ class Worker:
                 else "asked to run again from the console: claiming jobs",
             )
         # Quiet first: the loop never claims with no queue left to claim from.
-        self.pacing.quiet = quiet or not claiming
-        if claiming != self.claiming:
-            self.claiming, changed = claiming, True
+        pacing.quiet = quiet or not claiming
+        if claiming != pacing.claiming:
+            pacing.claiming, changed = claiming, True
             paused = [q for q in self.options.queues if q not in claiming]
             logger.warning(
                 "queues paused on this worker alone: %s; claiming from: %s",
@@ -433,7 +433,7 @@ class Worker:
         places = free - threads
         if not pacing.maybe_more or free <= 0 or self.faults.waiting(now):
             return
-        using, queues = self.options.using, self.claiming
+        using, queues = self.options.using, pacing.claiming
         if not queues:  # every queue paused on this worker alone
             return
         try:
@@ -564,7 +564,7 @@ class Worker:
 
     def _wait(self, timeout: float) -> None:
         # A NOTIFY of a queue paused on this worker alone does not wake it.
-        if self.wakeup.wait(timeout, self.claiming or self.options.queues):
+        if self.wakeup.wait(timeout, self.pacing.claiming or self.options.queues):
             self.pacing.look_again()
         for job_id, token in self.wakeup.take_cancels():
             if self.leases.cancel(job_id, token, "cancelled"):

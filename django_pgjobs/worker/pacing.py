@@ -25,14 +25,25 @@ RUN_TIME_WEIGHT = 0.2
 class Pacing:
     """Whether a claim may find work now, and the size of the next claim."""
 
-    def __init__(self, *, concurrency: int, prefetch: int, poll_interval: float) -> None:
+    def __init__(
+        self,
+        *,
+        concurrency: int,
+        prefetch: int,
+        poll_interval: float,
+        queues: tuple[str, ...] = (),
+    ) -> None:
         self.concurrency = concurrency
         self.prefetch = prefetch
         self.poll_interval = poll_interval
         #: A claim may find work: a notification, a completion, a poll, a due job.
         self.maybe_more = True
-        #: Asked from the console to claim nothing (the registry's heartbeat says so).
+        #: Claims nothing: asked to go quiet from the console (`asked_quiet`, as the
+        #: registry's heartbeat says), or every queue paused on this worker alone.
         self.quiet = False
+        self.asked_quiet = False
+        #: The queues it claims from: its queues but those paused on it alone.
+        self.claiming = queues
         self.next_poll = 0.0
         #: When the next scheduled job (or lapsing lease) is due, on the monotonic clock.
         self.next_due: float | None = None

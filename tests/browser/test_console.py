@@ -9,6 +9,7 @@ at 1,280 and 1,920 px under artifacts/screenshots/.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -230,12 +231,20 @@ def test_search_filters_and_every_action_in_the_browser(site: str, browser: WebD
     assert (
         "RuntimeError: shard" in driver.find_element(By.CSS_SELECTOR, "pre.pgjobs-traceback").text
     )
+    # Issue 29, item 11: its timeline, from the enqueue to its death, each attempt.
+    timeline = text_of(driver, "table.pgjobs-timeline")
+    assert "enqueued" in timeline and "dead-lettered" in timeline, timeline
+    assert "attempt 1" in timeline and "RuntimeError: shard" in timeline, timeline
+    # Item 5: an object page's times are exact, to the second, with the time zone.
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [A-Z]", text_of(driver, "#content"))
     shoot_widths(driver, "13-dead-letter-page", height=1200)
     driver.find_element(By.NAME, "pgjobs-requeue").click()
     assert "requeued" in message()
+    # Item 8: the requeue is in its timeline, with who did it.
+    driver.get(f"{site}/admin/django_pgjobs/job/{first}/change/")
+    assert "by admin" in text_of(driver, "table.pgjobs-timeline")
 
     # The requeued job's page: Run now is not offered to a runnable job... cancel it.
-    driver.get(f"{site}/admin/django_pgjobs/job/{first}/change/")
     shoot_widths(driver, "14-job-page")
     driver.find_element(By.NAME, "pgjobs-cancel").click()
     driver.switch_to.alert.accept()
@@ -266,9 +275,15 @@ def test_search_filters_and_every_action_in_the_browser(site: str, browser: WebD
     driver.find_element(By.CSS_SELECTOR, "input[type=submit][value^='Yes']").click()
     assert "1 job cancelled" in message()
     driver.get(f"{site}/admin/django_pgjobs/deadjob/")
+    # Item 5: a list's times are relative, the exact time on hover.
+    died = driver.find_element(By.CSS_SELECTOR, "#result_list td.field-died time")
+    assert "ago" in died.text and re.search(r":\d\d:\d\d ", died.get_attribute("title") or "")
     shoot_widths(driver, "16-dead-letters")
     driver.get(f"{site}/admin/django_pgjobs/schedule/")
     shoot_widths(driver, "17-schedules")
+    # Item 7: the example's home page shows the counts as numbers.
+    driver.get(f"{site}/")
+    assert "Count(" not in driver.find_element(By.TAG_NAME, "body").text
 
 
 SETUP = """
