@@ -95,3 +95,9 @@ async def async_sleep(seconds: float) -> None:
 )
 def keyed(tenant: int) -> None:
     """A no-op whose key's limit never binds: the keyed claim's own cost (S34)."""
+
+
+@job(name="bench.noop_atomic", atomic=True)
+def noop_atomic(**payload: Any) -> None:
+    """Nothing, in transaction mode (S21): the handler runs inside the claim's
+    transaction, which its ack commits (the capacity benchmark's third case)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench import console, long, many_workers, plans, pressure, wake, workflows
+from bench import capacity, console, long, many_workers, plans, pressure, wake, workflows
 from bench.harness import WORKER_APP_NAME, Database, Figure, WorkerProcess, stop_all, wait_for
 
 
@@ -44,6 +44,7 @@ class Sizes:
     counts_samples: int = 50
     console_rows: int = 10_000_000
     console_batch: int = 100_000
+    capacity_jobs: int = 20_000
     poison_ordinary: int = 10_000
     tasks: int = 20_000
     cancel_rounds: int = 5
@@ -85,6 +86,7 @@ SMOKE = Sizes(
     counts_samples=5,
     console_rows=5_000,
     console_batch=500,
+    capacity_jobs=500,
     poison_ordinary=500,
     tasks=500,
     cancel_rounds=1,
@@ -853,4 +855,5 @@ BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
     "registry": console.registry_drain,
     "many_workers": many_workers.many_workers,
     "pressure": pressure.pressure,
+    "capacity": capacity.capacity,
 }
