@@ -66,15 +66,6 @@ LEFT JOIN counted AS c ON c.bucket = b.bucket
 ORDER BY b.bucket
 """
 
-PRUNE_STATS = """
--- Delete up to %(limit)s per-minute statistics older than a day.
-DELETE FROM pgjobs_stats
-WHERE id IN (
-    SELECT id FROM pgjobs_stats
-    WHERE minute < now() - interval '1 day'
-    LIMIT %(limit)s
-)
-"""
 
 RECORD_KIND_STATS = """
 -- Add a worker's runs per queue and kind, and their queue-wait and run-time histograms
@@ -217,32 +208,27 @@ GROUP BY b.hour, b.queue, b.kind, r.runs
 ON CONFLICT (hour, queue, kind) DO NOTHING
 """
 
-PRUNE_STATS_HOURS = """
--- Delete up to %(limit)s hours of per-queue counts older than %(hours)s hours.
-DELETE FROM pgjobs_stats_hour
+
+def _prune(what: str, table: str, column: str, kept: tuple[str, str]) -> str:
+    """Delete up to %(limit)s rows of `table` whose `column` is older than what `kept`
+    says (its SQL, its words), a batch at a time (the sweeper's)."""
+    age, words = kept
+    return f"""
+-- Delete up to %(limit)s {what} older than {words}.
+DELETE FROM {table}
 WHERE id IN (
-    SELECT id FROM pgjobs_stats_hour
-    WHERE hour < now() - make_interval(hours => %(hours)s)
+    SELECT id FROM {table}
+    WHERE {column} < now() - {age}
     LIMIT %(limit)s
 )
 """
 
-PRUNE_KIND_STATS_HOURS = """
--- Delete up to %(limit)s hours of per-kind histograms older than %(hours)s hours.
-DELETE FROM pgjobs_kind_stats_hour
-WHERE id IN (
-    SELECT id FROM pgjobs_kind_stats_hour
-    WHERE hour < now() - make_interval(hours => %(hours)s)
-    LIMIT %(limit)s
-)
-"""
 
-PRUNE_KIND_STATS = """
--- Delete up to %(limit)s per-minute statistics of kinds older than a day.
-DELETE FROM pgjobs_kind_stats
-WHERE id IN (
-    SELECT id FROM pgjobs_kind_stats
-    WHERE minute < now() - interval '1 day'
-    LIMIT %(limit)s
+_A_DAY = ("interval '1 day'", "a day")
+_HOURS_KEPT = ("make_interval(hours => %(hours)s)", "%(hours)s hours")
+PRUNE_STATS = _prune("per-minute statistics", "pgjobs_stats", "minute", _A_DAY)
+PRUNE_KIND_STATS = _prune("per-minute statistics of kinds", "pgjobs_kind_stats", "minute", _A_DAY)
+PRUNE_STATS_HOURS = _prune("hours of per-queue counts", "pgjobs_stats_hour", "hour", _HOURS_KEPT)
+PRUNE_KIND_STATS_HOURS = _prune(
+    "hours of per-kind histograms", "pgjobs_kind_stats_hour", "hour", _HOURS_KEPT
 )
-"""
