@@ -25,10 +25,9 @@ LATENCY_BUCKETS_S: tuple[float, ...] = (
     float("inf"),
 )  # fmt: skip
 
-#: The queue or kind of the sums the workers keep beside each pair's (queue, kind)
-#: histograms: per queue (kind EVERY), per kind (queue EVERY), over all (both). No queue
-#: or kind can be named so.
-EVERY = "*"
+#: The queue or kind of the sums kept beside each pair's histograms (the statements'
+#: own, where they read them).
+EVERY = sql.EVERY
 
 #: Hours the sweeper keeps of the per-hour sums (a week and a day).
 STATS_HOURS_KEPT = 8 * 24

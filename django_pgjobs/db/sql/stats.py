@@ -87,7 +87,22 @@ ON CONFLICT (minute, queue, kind) DO UPDATE SET
 """
 
 
-KIND_STATS_HOURS = """
+#: The queue or kind of the sums the workers keep beside each pair's histograms: per
+#: queue (kind EVERY), per kind (queue EVERY), over all (both). No queue or kind can be
+#: named so.
+EVERY = "*"
+
+
+def _in_scope(alias: str) -> str:
+    """Whether a histogram row (`alias`) is one a dashboard's scope reads: of one queue
+    and one kind, its rows; with either open (NULL), the sums kept for it (EVERY)."""
+    return f"""CASE WHEN %(queue)s::text IS NULL AND %(kind)s::text IS NULL
+           THEN {alias}.queue = '{EVERY}' OR {alias}.kind = '{EVERY}'
+           ELSE ({alias}.queue = %(queue)s OR %(queue)s::text IS NULL)
+                AND ({alias}.kind = %(kind)s OR %(kind)s::text IS NULL) END"""
+
+
+KIND_STATS_HOURS = f"""
 -- The per-hour histograms (the sweeper's sums) a dashboard's scope reads, from %(since)s
 -- until %(until)s (the end of the summed hours, as SPAN_START says). Of the scope of one
 -- queue and one kind: its rows; with either open (NULL), the sums the workers keep for
@@ -95,22 +110,16 @@ KIND_STATS_HOURS = """
 SELECT h.hour, h.queue, h.kind, h.wait_hist, h.run_hist
 FROM pgjobs_kind_stats_hour AS h
 WHERE h.hour >= %(since)s AND h.hour < %(until)s
-  AND CASE WHEN %(queue)s::text IS NULL AND %(kind)s::text IS NULL
-           THEN h.queue = '*' OR h.kind = '*'
-           ELSE (h.queue = %(queue)s OR %(queue)s::text IS NULL)
-                AND (h.kind = %(kind)s OR %(kind)s::text IS NULL) END
+  AND {_in_scope("h")}
 """
 
-KIND_STATS_MINUTES = """
+KIND_STATS_MINUTES = f"""
 -- The per-minute histograms a dashboard's scope reads from %(minutes_from)s (after the
 -- last summed hour, or the span's start), as KIND_STATS_HOURS chooses them.
 SELECT m.minute, m.queue, m.kind, m.wait_hist, m.run_hist
 FROM pgjobs_kind_stats AS m
 WHERE m.minute >= %(minutes_from)s
-  AND CASE WHEN %(queue)s::text IS NULL AND %(kind)s::text IS NULL
-           THEN m.queue = '*' OR m.kind = '*'
-           ELSE (m.queue = %(queue)s OR %(queue)s::text IS NULL)
-                AND (m.kind = %(kind)s OR %(kind)s::text IS NULL) END
+  AND {_in_scope("m")}
 """
 
 SPAN_START = f"""
