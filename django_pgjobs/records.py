@@ -329,8 +329,7 @@ class WorkerStatus:
     @property
     def claiming(self) -> list[str]:
         """The queues it claims from: its queues but those paused on it alone."""
-        queues = self.queues if isinstance(self.queues, list) else []  # edited by hand
-        return [queue for queue in queues if queue not in self.paused_queues]
+        return [queue for queue in self.queues if queue not in self.paused_queues]
 
 
 @dataclass(frozen=True, slots=True)

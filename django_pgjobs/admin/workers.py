@@ -42,7 +42,7 @@ from django_pgjobs.admin.databases import (
     current,
 )
 from django_pgjobs.conf import pgjobs_settings
-from django_pgjobs.managers.workers import paused_queues, unserved_queues
+from django_pgjobs.managers.workers import paused_queues, queue_list, unserved_queues
 from django_pgjobs.models import Job, QueueControl, Worker
 from django_pgjobs.states import WorkerAsk
 
@@ -147,9 +147,8 @@ class WorkerAdmin(InChosenDatabase, ExactTimes, OfferedFiltersOnly, admin.ModelA
         status = Worker.objects.status_of(unquote(object_id))  # the admin's quoted pk
         if status is not None:
             may = self.has_control_permission(request) and status.stopped_at is None
-            queues = status.queues if isinstance(status.queues, list) else []  # edited by hand
             context["queues_here"] = [
-                queue_here(status.paused_queues, queue, may) for queue in queues
+                queue_here(status.paused_queues, queue, may) for queue in status.queues
             ]
             context["queues_url"] = console_url(
                 "admin:django_pgjobs_worker_queues", [quote(status.id)]
@@ -172,8 +171,7 @@ class WorkerAdmin(InChosenDatabase, ExactTimes, OfferedFiltersOnly, admin.ModelA
             )
             return HttpResponseRedirect(page)
         queue, paused = request.POST.get("queue", ""), request.POST.get("paused")
-        queues = worker.queues if isinstance(worker.queues, list) else []
-        if queue not in queues or paused not in ("0", "1"):
+        if queue not in queue_list(worker.queues) or paused not in ("0", "1"):
             return HttpResponseBadRequest(
                 "Give one of the worker's queues (queue) and paused=1 or paused=0.",
                 content_type="text/plain",
@@ -269,7 +267,7 @@ class WorkerAdmin(InChosenDatabase, ExactTimes, OfferedFiltersOnly, admin.ModelA
             "{}{}",
             (
                 (queue, " (paused here)" if queue in paused else "")
-                for queue in (obj.queues if isinstance(obj.queues, list) else [])
+                for queue in queue_list(obj.queues)
             ),
         )
 

@@ -111,9 +111,19 @@ class WorkerManager(models.Manager["Worker"]):
 
 
 def _status(row: dict[str, Any]) -> WorkerStatus:
-    row["queues"] = db.json_value(row["queues"])
+    row["queues"] = queue_list(row["queues"])
     row["paused_queues"] = paused_queues(row["paused_queues"])
     return WorkerStatus(**row)
+
+
+def queue_list(stored: Any) -> list[str]:
+    """A worker's queues as stored (a list); a value edited by hand into something else
+    reads as none."""
+    try:
+        value = db.json_value(stored)
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
 
 
 def paused_queues(stored: Any) -> dict[str, dict[str, str]]:
