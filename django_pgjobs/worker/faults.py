@@ -78,8 +78,9 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
-#: Longest wait between attempts to reach a database that went away.
-RECONNECT_BACKOFF_CAP_S = 30.0
+#: Longest wait between attempts to reach a database that went away: also the longest a
+#: worker may sit idle once it is back.
+RECONNECT_BACKOFF_CAP_S = 10.0
 
 
 class Faults:
@@ -105,7 +106,9 @@ class Faults:
     def failed(self, what: str, error: Exception) -> None:
         """Log a failed step, drop the connection, and back off before the next call."""
         self.failures += 1
-        delay = min(RECONNECT_BACKOFF_CAP_S, 0.25 * 2 ** min(self.failures, 8))
+        # Slow growth: a failover takes seconds, and a worker still backing off from its
+        # start would leave the new primary idle (0.3, 0.45, 0.7, 1, 1.5, 2.3 ... 10 s).
+        delay = min(RECONNECT_BACKOFF_CAP_S, 0.2 * 1.5 ** min(self.failures, 12))
         delay *= random.uniform(0.5, 1.0)
         self.retry_at = time.monotonic() + delay
         refused = read_only(error)
