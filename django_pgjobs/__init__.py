@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names below are imported lazily at run time
     from django_pgjobs.claims import JobHandle
+    from django_pgjobs.db.watchdog import guarding as guard_connections
     from django_pgjobs.decorators import job
     from django_pgjobs.exceptions import Cancelled, Fail, LeaseLost, Retry
     from django_pgjobs.limits import Rate
@@ -35,6 +36,7 @@ __all__ = [
     "Rate",
     "Retry",
     "__version__",
+    "guard_connections",
     "job",
 ]
 
@@ -52,6 +54,10 @@ def __getattr__(name: str) -> Any:
         from django_pgjobs import models
 
         return getattr(models, name)
+    if name == "guard_connections":
+        from django_pgjobs.db.watchdog import guarding
+
+        return guarding
     if name == "Rate":
         from django_pgjobs.limits import Rate
 

@@ -109,6 +109,14 @@ class Settings:
     #: waiting for the WAL flush; a database crash may lose their last moments, and those
     #: jobs run again, as after a worker crash. Enqueues are never affected.
     ASYNC_BOOKKEEPING: bool = True
+    #: Seconds a worker waits on a statement before it asks the server, on a connection
+    #: of its own, whether it answers at all. A server that does not (a primary that
+    #: hangs: a paused VM, a stopped process) is given up: the worker cuts its every
+    #: connection to it and reconnects, which after a failover finds the new primary.
+    #: A server that answers is only slow, and its statement runs on. It also sets
+    #: the libpq timeouts of the worker's connections where DATABASES' OPTIONS set none
+    #: (connect_timeout, keepalives, tcp_user_timeout). None: wait as long as TCP does.
+    HUNG_SERVER_TIMEOUT: float | timedelta | None = 5
     #: A connection string for the worker's LISTEN connection, straight to PostgreSQL,
     #: when DATABASES points at a transaction-mode pooler (PgBouncer), which cannot carry
     #: LISTEN. None: connect as the jobs database's settings say.
@@ -333,6 +341,12 @@ class Settings:
         for name in ("POLL_INTERVAL", "WORKER_HEARTBEAT"):
             if seconds(getattr(self, name), f"PGJOBS[{name!r}]") <= 0:
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must be positive.")
+        hung = self.HUNG_SERVER_TIMEOUT
+        if hung is not None and seconds(hung, "PGJOBS['HUNG_SERVER_TIMEOUT']") < 1:
+            raise ImproperlyConfigured(
+                "PGJOBS['HUNG_SERVER_TIMEOUT'] must be at least 1 second (None: wait as "
+                "long as TCP does)."
+            )
         for name in ("SHUTDOWN_GRACE", "SWEEP_INTERVAL", "VACUUM_INTERVAL"):
             if seconds(getattr(self, name), f"PGJOBS[{name!r}]") < 0:
                 raise ImproperlyConfigured(f"PGJOBS[{name!r}] must not be negative.")

@@ -15,7 +15,7 @@ import psycopg
 from django.db import connections
 from psycopg import sql as pgsql
 
-from django_pgjobs.db import sql
+from django_pgjobs.db import sql, watchdog
 from django_pgjobs.db.connection import fetchall
 
 #: How long a new LISTEN connection is given to receive its probe.
@@ -48,6 +48,7 @@ class Listener:
         statement = pgsql.SQL(sql.LISTEN_CHANNEL).format(channel=pgsql.Identifier(self.channel))
         conn.execute(statement)
         self._conn = conn
+        watchdog.watch(conn)
 
     def receives(self, timeout: float = PROBE_TIMEOUT_S) -> bool:
         """Send a probe through the jobs database's connection (the way enqueues notify)

@@ -26,6 +26,7 @@ from django_pgjobs import options
 from django_pgjobs.claims import JobHandle, Verdict, run_after_recorded
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
+from django_pgjobs.db import watchdog
 from django_pgjobs.models import Job, QueueControl
 from django_pgjobs.records import WorkerAsked
 from django_pgjobs.states import WorkerAsk
@@ -265,6 +266,10 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped (or drained, in burst mode); return the exit status."""
+        with watchdog.guarding(_optional_seconds(pgjobs_settings.HUNG_SERVER_TIMEOUT)):
+            return self._run()
+
+    def _run(self) -> int:
         restore = self._install_signal_handlers()
         services_stop = threading.Event()
         try:
@@ -581,3 +586,7 @@ def _moment(timestamp: float | None) -> str:
 def _seconds(value: float | timedelta | None, default: float | timedelta) -> float:
     chosen = default if value is None else value
     return chosen.total_seconds() if isinstance(chosen, timedelta) else float(chosen)
+
+
+def _optional_seconds(value: float | timedelta | None) -> float | None:
+    return None if value is None else _seconds(value, 0)
