@@ -87,7 +87,7 @@ class ReplicatedPair:
             "shared_buffers": "32MB",
             "max_connections": "60",
         }
-        _append_settings(primary.data / "postgresql.conf", settings)
+        append_settings(primary.data / "postgresql.conf", settings)
         self._pg_ctl(primary, "start")
         with psycopg.connect(
             f"postgresql://postgres@127.0.0.1:{primary.port}/postgres", autocommit=True
@@ -110,7 +110,7 @@ class ReplicatedPair:
             "fast",
             "--no-sync",
         )
-        _append_settings(
+        append_settings(
             standby.data / "postgresql.conf",
             {
                 "port": str(standby.port),
@@ -144,18 +144,7 @@ class ReplicatedPair:
 
     def wait_replayed(self, timeout: float = 60) -> None:
         """Until the standby has replayed everything the primary wrote so far."""
-        with psycopg.connect(self.primary.url, autocommit=True) as conn:
-            (target,) = conn.execute("SELECT pg_current_wal_lsn()").fetchone() or (None,)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with psycopg.connect(self.standby.url, autocommit=True) as conn:
-                (behind,) = conn.execute(
-                    "SELECT pg_wal_lsn_diff(%s, pg_last_wal_replay_lsn()) > 0", [target]
-                ).fetchone() or (True,)
-            if not behind:
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"the standby did not catch up within {timeout} s")
+        wait_replayed(self.primary.url, self.standby.url, timeout)
 
     # The failover -----------------------------------------------------------------------
 
@@ -196,18 +185,34 @@ class ReplicatedPair:
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 timeout=120,
-                **_as_owner(),
+                **as_owner(),
             )
             if result.returncode != 0:
                 output.seek(0)
                 raise subprocess.CalledProcessError(result.returncode, [tool, *args], output.read())
 
 
+def wait_replayed(primary: str, standby: str, timeout: float = 60) -> None:
+    """Until the server at `standby` has replayed everything `primary` wrote so far."""
+    with psycopg.connect(primary, autocommit=True) as conn:
+        (target,) = conn.execute("SELECT pg_current_wal_lsn()").fetchone() or (None,)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with psycopg.connect(standby, autocommit=True) as conn:
+            (behind,) = conn.execute(
+                "SELECT pg_wal_lsn_diff(%s, pg_last_wal_replay_lsn()) > 0", [target]
+            ).fetchone() or (True,)
+        if not behind:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the standby did not catch up within {timeout} s")
+
+
 @contextmanager
 def replicated_pair(*, synchronous: bool) -> Iterator[ReplicatedPair]:
     """Start a primary and its standby; stop both and remove their data at the end."""
     root = Path(tempfile.mkdtemp(prefix="pgjobs-replication-"))
-    owner = _as_owner()
+    owner = as_owner()
     if owner:
         os.chown(root, owner["user"], owner["group"])
     pair = ReplicatedPair(root, synchronous=synchronous)
@@ -219,7 +224,7 @@ def replicated_pair(*, synchronous: bool) -> Iterator[ReplicatedPair]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _as_owner() -> dict[str, Any]:
+def as_owner() -> dict[str, Any]:
     """subprocess arguments that run a server's tools as an unprivileged account (as root)."""
     if os.geteuid() != 0:
         return {}
@@ -229,7 +234,7 @@ def _as_owner() -> dict[str, Any]:
     return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
 
 
-def _append_settings(path: Path, settings: dict[str, str]) -> None:
+def append_settings(path: Path, settings: dict[str, str]) -> None:
     with path.open("a") as conf:
         conf.write("\n# tests/replication.py\n")
         for name, value in settings.items():

@@ -19,19 +19,25 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 import pytest
 
-from tests import replication
+from tests import autofailover, replication
 from tests.spawn import ROOT, WorkerProcess, manage_py, suite_env, wait_for
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not replication.available(), reason="needs Debian's PostgreSQL 15"),
 ]
+
+needs_pg_auto_failover = pytest.mark.skipif(
+    not autofailover.available(),
+    reason="needs Debian's pg-auto-failover-cli and postgresql-15-auto-failover",
+)
 
 #: Jobs waiting when the workers start; the primary dies when about a third are done.
 JOBS = 1200
@@ -44,9 +50,12 @@ ENQUEUER = """
 import os, time
 from pathlib import Path
 from django.db import DatabaseError, connection, transaction
+from django_pgjobs import guard_connections
 from tests import jobs
 ledger, stop = Path(os.environ["LEDGER"]).open("a"), Path(os.environ["STOP"])
 n, refused = 1_000_000, 0
+guard = guard_connections(5)  # a hung primary fails its transaction, as a dead one does
+guard.__enter__()
 while not stop.exists():
     try:
         with transaction.atomic():
@@ -81,95 +90,92 @@ def notes(url: str) -> int:
     return int(scalar(url, "SELECT count(*) FROM tests_note"))
 
 
-def rehearse(synchronous: bool, tmp_path: Path, *, standby_behind_s: float = 0) -> dict[str, Any]:
-    """One failover mid-drain; return what happened, by the numbers. `standby_behind_s`:
-    the standby receives nothing for that long before the primary dies (the primary's
-    WAL sender is stopped, then killed with it), as a standby that lags does."""
-    with replication.replicated_pair(synchronous=synchronous) as pair:
-        env = suite_env(DATABASE_URL=pair.url, PYTHONUNBUFFERED="1")
-        manage_py(env, "migrate", "--run-syncdb", "-v0")
-        manage_py(env, "shell", "-c", FILL)
-        pair.wait_replayed()
-        ledger, stop = tmp_path / "ledger", tmp_path / "stop"
-        ledger.touch()
-        enqueuer = subprocess.Popen(
-            [sys.executable, "manage.py", "shell", "-c", ENQUEUER],
-            cwd=ROOT,
-            env={**env, "LEDGER": str(ledger), "STOP": str(stop)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+class Servers(Protocol):
+    """A primary and its standby, as the rehearsal sees them."""
+
+    url: str  # libpq's multi-host URL: whichever server takes writes
+
+    def wait_replayed(self) -> None: ...
+
+
+def rehearse(
+    servers: Servers, primary: str, fail: Callable[[], str], tmp_path: Path
+) -> dict[str, Any]:
+    """One failover mid-drain: `fail()` breaks the primary (at `primary`) and returns the
+    URL of the server that took over once it takes writes. Return what happened, by the
+    numbers."""
+    env = suite_env(DATABASE_URL=servers.url, PYTHONUNBUFFERED="1")
+    manage_py(env, "migrate", "--run-syncdb", "-v0")
+    manage_py(env, "shell", "-c", FILL)
+    servers.wait_replayed()
+    ledger, stop = tmp_path / "ledger", tmp_path / "stop"
+    ledger.touch()
+    enqueuer = subprocess.Popen(
+        [sys.executable, "manage.py", "shell", "-c", ENQUEUER],
+        cwd=ROOT,
+        env={**env, "LEDGER": str(ledger), "STOP": str(stop)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    workers = [
+        WorkerProcess(
+            "--queue",
+            "failover",
+            "--concurrency",
+            "4",
+            "--poll-interval",
+            "0.5",
+            extra_env={"DATABASE_URL": servers.url, "PGJOBS_TEST_LOG_LEVEL": "INFO"},
         )
-        workers = [
-            WorkerProcess(
-                "--queue",
-                "failover",
-                "--concurrency",
-                "4",
-                "--poll-interval",
-                "0.5",
-                extra_env={"DATABASE_URL": pair.url, "PGJOBS_TEST_LOG_LEVEL": "INFO"},
-            )
-            for _ in range(2)
-        ]
-        try:
-            primary = pair.primary.url
-            wait_for(lambda: notes(primary) >= JOBS // 3, timeout=60, what="a third done")
-            sender = scalar(primary, "SELECT pid FROM pg_stat_replication")
-            if standby_behind_s:
-                os.kill(sender, signal.SIGSTOP)
-                time.sleep(standby_behind_s)
-                os.kill(sender, signal.SIGKILL)  # what it held back dies with the primary
-            killed = time.monotonic()
-            pair.kill_primary()
-            pair.promote()
-            promoted = time.monotonic()
-            new_primary = pair.standby.url
-            at_promotion = notes(new_primary)
-            wait_for(
-                lambda: notes(new_primary) > at_promotion,
-                timeout=120,
-                interval=0.01,
-                what="a job completed on the new primary",
-            )
-            first_completion = time.monotonic()
-            before = len(ledger.read_text().split())
-            wait_for(
-                lambda: len(ledger.read_text().split()) >= before + 20,
-                timeout=60,
-                what="enqueues on the new primary",
-            )
-            stop.touch()
-            enqueuer_output, _ = enqueuer.communicate(timeout=60)
-            assert enqueuer.returncode == 0, enqueuer_output
-            wait_for(
-                lambda: scalar(new_primary, "SELECT count(*) FROM pgjobs_job") == 0,
-                timeout=180,
-                interval=0.2,
-                what="the queue drained on the new primary",
-            )
-            drained = time.monotonic()
-            for worker in workers:
-                worker.signal(signal.SIGTERM)
-            for worker in workers:
-                assert worker.wait(60) == 0, worker.output()
-            logs = "".join(worker.output() for worker in workers)
-            with psycopg.connect(new_primary, autocommit=True) as conn:
-                effects = Counter(
-                    int(text) for (text,) in conn.execute("SELECT text FROM tests_note")
-                )
-                dead = conn.execute("SELECT count(*) FROM pgjobs_dead").fetchone()
-        finally:
-            stop.touch()
-            if enqueuer.poll() is None:
-                enqueuer.kill()
-            for worker in workers:
-                worker.close()
+        for _ in range(2)
+    ]
+    try:
+        wait_for(lambda: notes(primary) >= JOBS // 3, timeout=60, what="a third done")
+        killed = time.monotonic()
+        new_primary = fail()
+        promoted = time.monotonic()
+        at_promotion = notes(new_primary)
+        wait_for(
+            lambda: notes(new_primary) > at_promotion,
+            timeout=120,
+            interval=0.01,
+            what="a job completed on the new primary",
+        )
+        first_completion = time.monotonic()
+        before = len(ledger.read_text().split())
+        wait_for(
+            lambda: len(ledger.read_text().split()) >= before + 20,
+            timeout=60,
+            what="enqueues on the new primary",
+        )
+        stop.touch()
+        enqueuer_output, _ = enqueuer.communicate(timeout=60)
+        assert enqueuer.returncode == 0, enqueuer_output
+        wait_for(
+            lambda: scalar(new_primary, "SELECT count(*) FROM pgjobs_job") == 0,
+            timeout=180,
+            interval=0.2,
+            what="the queue drained on the new primary",
+        )
+        drained = time.monotonic()
+        for worker in workers:
+            worker.signal(signal.SIGTERM)
+        for worker in workers:
+            assert worker.wait(60) == 0, worker.output()
+        logs = "".join(worker.output() for worker in workers)
+        with psycopg.connect(new_primary, autocommit=True) as conn:
+            effects = Counter(int(text) for (text,) in conn.execute("SELECT text FROM tests_note"))
+            dead = conn.execute("SELECT count(*) FROM pgjobs_dead").fetchone()
+    finally:
+        stop.touch()
+        if enqueuer.poll() is None:
+            enqueuer.kill()
+        for worker in workers:
+            worker.close()
     committed = set(range(JOBS)) | {int(line) for line in ledger.read_text().split()}
     done_ids = Counter(re.findall(r"job done id=(\d+)", logs))
     return {
-        "replication": "synchronous" if synchronous else "asynchronous",
-        "standby behind by, s": standby_behind_s,
         "jobs enqueued and acknowledged": len(committed),
         "enqueues refused during the failover": int(
             re.search(r"refused=(\d+)", enqueuer_output).group(1)  # type: ignore[union-attr]
@@ -189,18 +195,37 @@ def rehearse(synchronous: bool, tmp_path: Path, *, standby_behind_s: float = 0) 
     }
 
 
-def record(figures: dict[str, Any]) -> None:
+def record(name: str, figures: dict[str, Any]) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
-    path = ARTIFACTS / f"failover-{figures['replication']}.json"
+    path = ARTIFACTS / f"failover-{name}.json"
     path.write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps(figures, indent=2))
+
+
+def crash_and_promote(pair: replication.ReplicatedPair, *, standby_behind_s: float = 0) -> str:
+    """Stop the primary hard and promote its standby by hand. `standby_behind_s`: the
+    standby receives nothing for that long before the primary dies (the primary's WAL
+    sender is stopped, then killed with it), as a standby that lags does."""
+    if standby_behind_s:
+        sender = scalar(pair.primary.url, "SELECT pid FROM pg_stat_replication")
+        os.kill(sender, signal.SIGSTOP)
+        time.sleep(standby_behind_s)
+        os.kill(sender, signal.SIGKILL)  # what it held back dies with the primary
+    pair.kill_primary()
+    pair.promote()
+    return pair.standby.url
 
 
 def test_s36_a_synchronous_standby_promoted_mid_drain_loses_nothing_and_runs_each_once(
     tmp_path: Path,
 ) -> None:
-    figures = rehearse(True, tmp_path)
-    record(figures)
+    with replication.replicated_pair(synchronous=True) as pair:
+        figures = rehearse(pair, pair.primary.url, lambda: crash_and_promote(pair), tmp_path)
+    record("synchronous", figures)
+    assert_nothing_lost(figures)
+
+
+def assert_nothing_lost(figures: dict[str, Any]) -> None:
     assert figures["acknowledged jobs lost"] == 0
     assert figures["jobs with more than one effect"] == []
     assert figures["dead letters"] == 0
@@ -211,8 +236,14 @@ def test_s36_a_synchronous_standby_promoted_mid_drain_loses_nothing_and_runs_eac
 def test_s36_with_asynchronous_replication_what_is_lost_is_measured_and_nothing_runs_twice(
     tmp_path: Path,
 ) -> None:
-    figures = rehearse(False, tmp_path, standby_behind_s=1.0)
-    record(figures)
+    with replication.replicated_pair(synchronous=False) as pair:
+        figures = rehearse(
+            pair,
+            pair.primary.url,
+            lambda: crash_and_promote(pair, standby_behind_s=1.0),
+            tmp_path,
+        )
+    record("asynchronous", {"standby behind by, s": 1.0, **figures})
     # What the standby never received is gone: enqueues the primary acknowledged (their
     # jobs never run) and outcomes it recorded (those jobs run again) ...
     assert figures["acknowledged jobs lost"] > 0, "a second of WAL missing lost nothing?"
@@ -220,3 +251,39 @@ def test_s36_with_asynchronous_replication_what_is_lost_is_measured_and_nothing_
     # and the enqueuer found it by themselves.
     assert figures["jobs with more than one effect"] == []
     assert figures["jobs enqueued and acknowledged"] > JOBS
+
+
+@needs_pg_auto_failover
+def test_s36_pg_auto_failover_promotes_by_itself_when_the_primary_is_killed_mid_drain(
+    tmp_path: Path,
+) -> None:
+    with autofailover.formation() as group:
+        primary = group.primary()
+
+        def kill_9() -> str:
+            group.kill(primary)
+            standby = group.other(primary)
+            group.wait_promoted(standby)
+            return standby.url
+
+        figures = rehearse(group, primary.url, kill_9, tmp_path)
+    record("pg_auto_failover-kill", figures)
+    assert_nothing_lost(figures)
+
+
+@needs_pg_auto_failover
+def test_s36_a_frozen_primary_is_given_up_and_the_drain_goes_on_on_the_new_one(
+    tmp_path: Path,
+) -> None:
+    with autofailover.formation() as group:
+        primary = group.primary()
+
+        def freeze() -> str:
+            group.freeze(primary)
+            standby = group.other(primary)
+            group.wait_promoted(standby)
+            return standby.url
+
+        figures = rehearse(group, primary.url, freeze, tmp_path)
+    record("pg_auto_failover-freeze", figures)
+    assert_nothing_lost(figures)
