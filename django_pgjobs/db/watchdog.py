@@ -8,8 +8,10 @@ of the worker waits on the old one.
 
 The watchdog watches every connection of a worker's process: Django's, in every thread
 (handlers' included), and the LISTEN line. When one has been busy on a statement for
-longer than `timeout`, it asks the same server a question on a connection of its own. A
-server that answers is only slow, and the statement is left alone. One that does not
+longer than `timeout`, it knocks on the same server: a new connection and the first
+message of PostgreSQL's protocol, which a live server answers before any login, however
+busy or out of connections. A server that answers is only slow, and the statement is
+left alone. One that does not
 answer in time is taken for hung: every watched connection to it is cut (its socket shut
 down), so that each waiting call fails as if the server had died, and the worker's usual
 path takes over: back off, reconnect, and land (libpq's multi-host URL) on the server that
@@ -24,6 +26,7 @@ import logging
 import math
 import os
 import socket
+import struct
 import threading
 import time
 import weakref
@@ -35,8 +38,6 @@ import psycopg
 from django.db import connections
 from django.db.backends.signals import connection_created
 from psycopg import pq
-
-from django_pgjobs.db import sql
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -63,16 +64,27 @@ def connection_options(timeout: float) -> dict[str, int]:
     }
 
 
+#: The first message of PostgreSQL's protocol a client may send: an SSL request (length
+#: 8, code 80877103), which the server answers with one byte, S or N, before any login.
+SSL_REQUEST = struct.pack("!ii", 8, 80877103)
+
+
 @dataclass
 class _Watched:
-    """A connection the watchdog may cut, and how to reach its server on another."""
+    """A connection the watchdog may cut: its socket, and the server's address."""
 
     conn: weakref.ref[psycopg.Connection[Any]]
     fd: int
-    peer: Any
-    server: str
-    probe: str
+    peer: Any  # the server's socket address (a path for a Unix socket)
     busy_since: float | None = None
+
+    @property
+    def server(self) -> str:
+        return (
+            ":".join(str(part) for part in self.peer[:2])
+            if isinstance(self.peer, tuple)
+            else str(self.peer)
+        )
 
 
 class Watchdog:
@@ -88,30 +100,17 @@ class Watchdog:
 
     def watch(self, conn: psycopg.Connection[Any]) -> None:
         """Watch `conn` until it is closed (called on the thread that connected it)."""
-        info = conn.info
         if conn.closed:
             return
         try:
-            peer = _peer(conn.fileno())
-            host = info.hostaddr or info.host
+            fd = conn.fileno()
+            peer = _peer(fd)
         except (OSError, psycopg.Error):
             return
-        params: dict[str, Any] = dict(info.get_parameters())
-        params.pop("target_session_attrs", None)
-        params.update(host=info.host, port=info.port, connect_timeout=self.connect_timeout)
-        if info.hostaddr:
-            params["hostaddr"] = info.hostaddr
-        if info.password:
-            params["password"] = info.password
-        watched = _Watched(
-            conn=weakref.ref(conn),
-            fd=conn.fileno(),
-            peer=peer,
-            server=f"{host}:{info.port}",
-            probe=psycopg.conninfo.make_conninfo("", **params),
-        )
+        if not peer:  # no address to probe (an unnamed socket): never cut blind
+            return
         with self._lock:
-            self._watched[id(conn)] = watched
+            self._watched[id(conn)] = _Watched(conn=weakref.ref(conn), fd=fd, peer=peer)
 
     def check(self, now: float) -> list[str]:
         """One look at the watched connections (now: time.monotonic()); return the servers
@@ -133,7 +132,7 @@ class Watchdog:
                 waited_on.setdefault(entry.server, entry)
         hung: list[str] = []
         for server, entry in waited_on.items():
-            if self._answers(entry.probe):
+            if self._answers(entry.peer):
                 # Only slow: ask again after another timeout, if it still waits.
                 for _, other in entries:
                     if other.server == server and other.busy_since is not None:
@@ -152,19 +151,28 @@ class Watchdog:
             hung.append(server)
         return hung
 
-    def _answers(self, probe: str) -> bool:
-        """Whether the server answers a question on a new connection in time. Asked on a
-        thread of its own: a hung server may take the connection and never answer."""
-        answered = threading.Event()
-
-        def ask() -> None:
-            with contextlib.suppress(psycopg.Error):
-                with psycopg.connect(probe, autocommit=True) as conn:
-                    conn.execute(sql.SERVER_ANSWERS)
-                answered.set()
-
-        threading.Thread(target=ask, name="pgjobs-watchdog-probe", daemon=True).start()
-        return answered.wait(self.connect_timeout + 1)
+    def _answers(self, peer: Any) -> bool:
+        """Whether the server at `peer` (a socket address) answers a new connection in
+        time. The probe sends the first message of PostgreSQL's protocol, an SSL request,
+        which the server answers with one byte before any login: a server out of
+        connections or busy answers it, a frozen one does not (nor a pooler's, for
+        PgBouncer answers for the servers behind it)."""
+        if isinstance(peer, str):
+            family = socket.AF_UNIX
+        elif isinstance(peer, tuple) and len(peer) == 4:
+            family = socket.AF_INET6
+        elif isinstance(peer, tuple):
+            family = socket.AF_INET
+        else:  # pragma: no cover - watch() keeps only socket addresses
+            return True
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.settimeout(self.connect_timeout + 1)
+            try:
+                sock.connect(peer)
+                sock.sendall(SSL_REQUEST)
+                return len(sock.recv(1)) == 1
+            except OSError:
+                return False
 
     # The thread ------------------------------------------------------------------------
 

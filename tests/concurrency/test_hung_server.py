@@ -23,6 +23,7 @@ from django.test import override_settings
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db.watchdog import Watchdog, connection_options
 from django_pgjobs.models import Job
+from django_pgjobs.testing.localdb import free_port
 from tests.helpers import conninfo, count, execute
 from tests.proxy import FreezableProxy, freezable_proxy
 from tests.spawn import Workers, database_url_for_workers, wait_for
@@ -108,6 +109,20 @@ def test_s43_a_closed_connection_is_forgotten_and_never_cut(
     conn.close()
     proxy.freeze()
     assert dog.check(0.0) == [] and dog.check(10.0) == []
+
+
+def test_s43_the_probe_hears_a_live_server_and_nothing_from_a_frozen_or_gone_one(
+    dog: Watchdog, proxy: FreezableProxy
+) -> None:
+    """The probe is PostgreSQL's SSL request, which a server answers before any login (so
+    it answers one out of connections too): through the proxy, and straight to it."""
+    settings = connection.settings_dict
+    server = (settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432))
+    assert dog._answers(server)
+    assert dog._answers(("127.0.0.1", proxy.port))
+    assert not dog._answers(("127.0.0.1", free_port()))  # nobody listens
+    proxy.freeze()
+    assert not dog._answers(("127.0.0.1", proxy.port))
 
 
 @pytest.mark.slow

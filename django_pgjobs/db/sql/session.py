@@ -126,9 +126,3 @@ APPLIED_MIGRATIONS = """
 -- with the app's files; the table is missing before the first migrate).
 SELECT name FROM django_migrations WHERE app = %(app)s
 """
-
-SERVER_ANSWERS = """
--- Whether the server answers at all: the watchdog's probe of a server that a worker's
--- statement has waited on for long (django_pgjobs.db.watchdog).
-SELECT 1
-"""
