@@ -26,7 +26,7 @@ from typing import IO
 
 import psycopg
 
-from django_pgjobs.testing.localdb import free_port
+from django_pgjobs.testing.localdb import DEFAULT_RUN_AS, free_port
 from tests.replication import BIN, DATABASE, append_settings, as_owner, wait_replayed
 
 PG_AUTOCTL = Path("/usr/bin/pg_autoctl")
@@ -140,6 +140,16 @@ class Formation:
     def wait_replayed(self) -> None:
         primary = self.primary()
         wait_replayed(primary.url, self.other(primary).url)
+
+    def failover_command(self) -> str:
+        """A shell command that has the monitor fail the primary over to its secondary
+        and returns once the formation is whole again (for `chaosjobs --failover`)."""
+        command = (
+            f"{PG_AUTOCTL} perform failover --monitor "
+            f"postgresql://autoctl_node@127.0.0.1:{self.monitor.port}/pg_auto_failover --wait 60"
+        )
+        owner = os.environ.get("EMBEDDED_PG_USER", DEFAULT_RUN_AS) if as_owner() else None
+        return f"runuser -u {owner} -- {command}" if owner else command
 
     # The faults -------------------------------------------------------------------------
 

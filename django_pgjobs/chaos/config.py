@@ -10,7 +10,19 @@ from django_pgjobs.chaos import invariants
 from django_pgjobs.chaos.facts import PinSample
 from django_pgjobs.chaos.invariants import Verdict
 
-FAULT_KINDS = ("kill", "stop", "terminate", "ghost", "poison", "cancel", "restart", "pin")
+FAULT_KINDS = (
+    "kill",
+    "stop",
+    "terminate",
+    "ghost",
+    "poison",
+    "cancel",
+    "restart",
+    "failover",
+    "pin",
+)
+#: The faults made by a command of the operator's: the command's option, for messages.
+DATABASE_COMMANDS = {"restart": "--allow-db-restart", "failover": "--failover"}
 DEFAULT_FAULTS = ("kill", "stop", "terminate", "ghost", "poison", "cancel")
 
 
@@ -37,6 +49,8 @@ class ChaosConfig:
     fault_every: float = 2.0  # mean time between two faults
     restart_command: str | None = None
     restart_every: float = 30.0  # least time between two database restarts
+    failover_command: str | None = None  # moves the primary; returns once it took writes
+    failover_every: float = 15.0  # least time between two failovers
     pin_s: float = 25.0  # how long a pin holds the xmin horizon
     pin_churn: int = 1500  # plain jobs enqueued as a pin begins, whose rows it keeps dead
     drain_timeout: float = 120.0
@@ -64,12 +78,19 @@ class ChaosConfig:
             problems.append(
                 f"unknown faults {', '.join(unknown)} (known: {', '.join(FAULT_KINDS)})"
             )
-        if "restart" in self.faults and not self.restart_command:
-            problems.append(
-                "a database restart needs the command that restarts it (--allow-db-restart CMD)"
-            )
+        for kind, option in DATABASE_COMMANDS.items():
+            if kind in self.faults and not self.command(kind):
+                problems.append(f"a {kind} fault needs the command that makes it ({option} CMD)")
         if problems:
             raise ValueError("; ".join(problems) + ".")
+
+    def command(self, kind: str) -> str | None:
+        """The operator's command that makes a fault of `kind` (restart, failover)."""
+        return {"restart": self.restart_command, "failover": self.failover_command}.get(kind)
+
+    def least_gap(self, kind: str) -> float:
+        """The least time between two faults of `kind` (0: none)."""
+        return {"restart": self.restart_every, "failover": self.failover_every}.get(kind, 0.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ class Fault:
 
     `began` is read before the fault is injected, `ended` once it has taken effect (for
     a SIGSTOP, after the SIGCONT). `worker` is the worker it hit; None for a fault that
-    hits every worker (a database restart) or none (a rolled-back burst).
+    hits every worker (a database restart, a failover) or none (a rolled-back burst).
     """
 
     kind: str

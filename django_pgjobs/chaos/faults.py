@@ -95,7 +95,7 @@ class Faults:
         self.workers = workers
         self.load = load
         self.last_fault = 0.0  # monotonic time the last fault ended; 0: none yet
-        self._last_restart = float("-inf")
+        self._last_of: dict[str, float] = {}  # monotonic end of the last fault of a kind
         self._deck: list[str] = []  # the kinds still to come in this round, next last
         self.pin: Pin | None = None  # the pin under way (one at a time)
 
@@ -108,15 +108,16 @@ class Faults:
         """The kind of the next fault: the run's kinds dealt in rounds, each round a fresh
         shuffle, so that every kind comes up once in any len(faults) faults in a row of a
         round (a run of a few dozen faults meets them all, which a draw with replacement
-        does not promise). A restart too soon after the last one goes back under the deck
-        and the next kind is dealt instead.
+        does not promise). A restart or failover too soon after the last one goes back
+        under the deck and the next kind is dealt instead.
         """
         config = self.state.config
         if not self._deck:
             self._deck = list(config.faults)
             self.state.random.shuffle(self._deck)
         kind = self._deck.pop()
-        if kind == "restart" and time.monotonic() - self._last_restart < config.restart_every:
+        last = self._last_of.get(kind, float("-inf"))
+        if time.monotonic() - last < config.least_gap(kind):
             self._deck.insert(0, kind)
             kind = self._deck.pop() if len(self._deck) > 1 else "ghost"
         return kind
@@ -143,8 +144,8 @@ class Faults:
             self._poison_burst()
         elif kind == "cancel":
             self._cancel()
-        elif kind == "restart":
-            self._restart_database()
+        elif kind in ("restart", "failover"):
+            self._database_command(kind)
         elif kind == "pin":
             self._pin()
         else:
@@ -237,10 +238,13 @@ class Faults:
         state.ledger.cancelled[job_id] = ended
         self._record("cancel", None, began)
 
-    def _restart_database(self) -> None:
-        command = self.state.config.restart_command
+    def _database_command(self, kind: str) -> None:
+        """Run the operator's command that restarts PostgreSQL, or moves the primary to a
+        standby (a failover): a fault that hits every worker at once."""
+        command = self.state.config.command(kind)
         assert command is not None
-        self.state.on_event(f"restarting PostgreSQL: {command}")
+        what = "restarting PostgreSQL" if kind == "restart" else "failing over"
+        self.state.on_event(f"{what}: {command}")
         began = self.state.clock()
         connections[self.state.alias].close()
         completed = subprocess.run(
@@ -248,11 +252,11 @@ class Faults:
         )
         if completed.returncode != 0:
             raise ChaosAborted(
-                f"The restart command failed ({completed.returncode}): {command}\n"
+                f"The {kind} command failed ({completed.returncode}): {command}\n"
                 f"{(completed.stderr or completed.stdout).strip()}"
             )
-        self._record("restart", None, began)
-        self._last_restart = time.monotonic()
+        self._record(kind, None, began)
+        self._last_of[kind] = time.monotonic()
 
     def _pin(self) -> None:
         """Hold the xmin horizon (an idle transaction, or a reader) for `pin_s`, and

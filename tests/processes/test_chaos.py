@@ -18,17 +18,20 @@ from pathlib import Path
 import pytest
 
 from django_pgjobs.chaos.run import ChaosConfig
+from tests import autofailover
 from tests.helpers import count, other_connection
-from tests.spawn import ROOT, database_url_for_workers
+from tests.spawn import ROOT, database_url_for_workers, manage_py, suite_env
 
 pytestmark = pytest.mark.slow  # each test runs chaosjobs: a supervisor and its workers
 
 
-def chaosjobs(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def chaosjobs(
+    *args: str, timeout: float = 240, database_url: str | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": database_url_for_workers(),
+        "DATABASE_URL": database_url or database_url_for_workers(),
         "PYTHONPATH": str(ROOT),
     }
     # A session of its own: if the run hangs, its workers die with it (a stopped one,
@@ -157,3 +160,30 @@ def test_a_trigger_never_waits_long_for_a_row_its_own_fault_keeps_locked() -> No
     run._trigger(0)  # the lock is gone: merged
     assert run.ledger.last_triggers == {run._key(0): 3}
     assert count(where=f"kind = '{KEYED_KIND}'") == 1
+
+
+@pytest.mark.skipif(not autofailover.available(), reason="needs Debian's pg_auto_failover")
+def test_a_chaos_run_with_failovers_among_its_faults_keeps_every_invariant() -> None:
+    """chaosjobs --failover: the pg_auto_failover monitor moves the primary to the other
+    node every few seconds, among the other faults; the run reaches the servers through
+    the formation's multi-host URL and judges every invariant as usual."""
+    with autofailover.formation() as group:
+        manage_py(suite_env(DATABASE_URL=group.url), "migrate", "--run-syncdb", "-v0")
+        result = chaosjobs(
+            "--duration=24",
+            "--workers=2",
+            "--jobs=60",
+            "--rate=10",
+            "--lease=3",
+            "--fault-every=1",
+            "--failover-every=6",
+            f"--failover={group.failover_command()}",
+            database_url=group.url,
+            timeout=300,
+        )
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, output
+        failovers = re.search(r"failover (\d+)", output.split("faults injected")[1])
+        assert failovers and int(failovers.group(1)) >= 2, output
+        for name in ("no job lost", "no ghost ran", "fencing", "keys", "attempts", "workflows"):
+            assert re.search(rf"ok\s+{name}:", output), output

@@ -153,8 +153,9 @@ class TestInvariants:
             found = evidence(first, again, faults=faults)
             assert "at-least-once within the lease" in broken(found), faults
         assert broken(evidence(first, again, faults=[kill("w1", 1)])) == {}
-        restart = Fault("restart", None, at(1), at(3))
-        assert broken(evidence(first, again, faults=[restart])) == {}
+        for kind in ("restart", "failover"):  # faults of every worker at once
+            everyone = Fault(kind, None, at(1), at(3))
+            assert broken(evidence(first, again, faults=[everyone])) == {}
 
     def test_deliberate_failures_and_fenced_runs_explain_a_rerun(self) -> None:
         for outcome, reruns in [
@@ -306,6 +307,7 @@ class TestConfig:
         [
             ({"faults": ("kill", "meteor")}, "unknown faults meteor"),
             ({"faults": ("restart",)}, "--allow-db-restart"),
+            ({"faults": ("failover",)}, "--failover CMD"),
             ({"workers": 0}, "at least one worker"),
             ({"duration": 0}, "more than 0"),
             ({"lease": 0}, "at least 1"),
@@ -330,8 +332,12 @@ class TestFaultDealing:
         from django_pgjobs.chaos.faults import Faults
         from django_pgjobs.chaos.state import RunState
 
-        restart = "true" if "restart" in kinds else None  # a command is needed, never run
-        config = ChaosConfig(faults=kinds, restart_command=restart)
+        # A command is needed for a restart or a failover; it is never run here.
+        config = ChaosConfig(
+            faults=kinds,
+            restart_command="true" if "restart" in kinds else None,
+            failover_command="true" if "failover" in kinds else None,
+        )
         state = RunState(config, "r", "chaos.r", "default", Random(seed), lambda _line: None)
         return Faults(state, workers=None, load=None)  # type: ignore[arg-type]
 
@@ -348,10 +354,17 @@ class TestFaultDealing:
         first, second = self.faults(kinds, 7), self.faults(kinds, 7)
         assert [first.next_kind() for _ in range(12)] == [second.next_kind() for _ in range(12)]
 
-    def test_a_restart_too_soon_gives_way_to_the_next_kind(self) -> None:
-        faults = self.faults(("restart", "ghost"), 1)
-        faults._last_restart = float("inf")  # every restart is too soon after the last
+    @pytest.mark.parametrize("kind", ["restart", "failover"])
+    def test_a_restart_or_failover_too_soon_gives_way_to_the_next_kind(self, kind: str) -> None:
+        faults = self.faults((kind, "ghost"), 1)
+        faults._last_of[kind] = float("inf")  # every one is too soon after the last
         assert [faults.next_kind() for _ in range(6)] == ["ghost"] * 6
+
+    def test_failovers_are_dealt_once_their_least_gap_has_passed(self) -> None:
+        faults = self.faults(("failover", "ghost"), 3)
+        faults._last_of["failover"] = float("-inf")
+        dealt = [faults.next_kind() for _ in range(8)]
+        assert dealt.count("failover") == 4 and dealt.count("ghost") == 4
 
 
 class TestWorkflowInvariants:

@@ -143,7 +143,8 @@ class Command(BaseCommand):
             "--faults",
             default=",".join(DEFAULT_FAULTS),
             help=f"Faults to inject, comma-separated, from {', '.join(FAULT_KINDS)} "
-            f"(default {','.join(DEFAULT_FAULTS)}; 'restart' needs --allow-db-restart).",
+            f"(default {','.join(DEFAULT_FAULTS)}; 'restart' needs --allow-db-restart, "
+            "'failover' needs --failover).",
         )
         parser.add_argument(
             "--fault-every",
@@ -172,6 +173,21 @@ class Command(BaseCommand):
             "(e.g. 'pg_ctlcluster 15 main restart'); adds 'restart' to the faults.",
         )
         parser.add_argument(
+            "--failover",
+            metavar="COMMAND",
+            help="Also move the primary to its standby now and then, with this command, "
+            "which returns once the standby takes writes (e.g. 'pg_autoctl perform "
+            "failover --wait 60'); adds 'failover' to the faults. The run reaches the "
+            "database through DATABASES, which must find the new primary (a multi-host "
+            "URL, a moving address).",
+        )
+        parser.add_argument(
+            "--failover-every",
+            type=positive_seconds,
+            default=defaults.failover_every,
+            help=f"Least seconds between two failovers (default {defaults.failover_every:g}).",
+        )
+        parser.add_argument(
             "--drain-timeout",
             type=positive_seconds,
             default=defaults.drain_timeout,
@@ -189,8 +205,9 @@ class Command(BaseCommand):
         from django_pgjobs.chaos.run import ChaosAborted, ChaosConfig, ChaosRun
 
         faults = tuple(name.strip() for name in options["faults"].split(",") if name.strip())
-        if options["allow_db_restart"] and "restart" not in faults:
-            faults += ("restart",)
+        for option, kind in (("allow_db_restart", "restart"), ("failover", "failover")):
+            if options[option] and kind not in faults:
+                faults += (kind,)
         try:
             config = ChaosConfig(
                 duration=options["duration"],
@@ -205,6 +222,8 @@ class Command(BaseCommand):
                 faults=faults,
                 fault_every=options["fault_every"],
                 restart_command=options["allow_db_restart"],
+                failover_command=options["failover"],
+                failover_every=options["failover_every"],
                 pin_s=options["pin_seconds"],
                 pin_churn=options["pin_churn"],
                 drain_timeout=options["drain_timeout"],
