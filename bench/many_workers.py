@@ -363,6 +363,59 @@ def many_workers(database: Database, sizes: Sizes) -> list[Figure]:
     return figures
 
 
+def pooled_sweep(database: Database, sizes: Sizes) -> list[Figure]:
+    """Worker processes (concurrency 1) from one to a hundred through one PgBouncer in
+    transaction mode (pool POOL_SIZE): each fleet's drain of `sweep_jobs` jobs, the most
+    server connections it held, and the server's CPU per job over the drain (issue 30's
+    capacity model)."""
+    from bench.capacity import postmaster_of, server_cpu_s
+    from tests.pgbouncer import pgbouncer
+
+    n = sizes.sweep_jobs
+    compile_code()
+    postmaster = postmaster_of(database)
+    figures = []
+    max_clients = max(sizes.sweep_fleets) * CLIENT_CONNECTIONS_PER_WORKER
+    with pgbouncer(pool_size=POOL_SIZE, max_client_conn=max_clients) as pooled:
+        env = {"DATABASE_URL": pooled, "PGJOBS_BENCH_PREPARE": "0"}
+        for processes in sizes.sweep_fleets:
+            database.reset_jobs()
+            with fleet(database, processes, ("--concurrency", "1"), env) as workers:
+                workers.wait_registered()
+                time.sleep(_settle_s(sizes, 2.0))
+                load = round(os.getloadavg()[0], 1)
+                cpu_before = server_cpu_s(postmaster)
+                drained = _drain(workers, database, n)
+                cpu_after = server_cpu_s(postmaster)
+            server_cpu = (
+                None
+                if cpu_before is None or cpu_after is None
+                else round((cpu_after - cpu_before) / n * 1e6, 1)
+            )
+            figures.append(
+                Figure(
+                    "pooled_sweep",
+                    f"drain, {processes} worker(s) x concurrency 1 through PgBouncer "
+                    f"(pool {POOL_SIZE})",
+                    drained["rate"],
+                    "jobs/s",
+                    details={
+                        "jobs": n,
+                        "load_1min": load,
+                        "server CPU µs/job (the drain and the fleet's stop)": server_cpu,
+                        "most server connections of the workers": drained["peak_workers"],
+                        "jobs run twice": drained["double"],
+                        "jobs never run": drained["missing"],
+                        "workers that claimed jobs": sum(1 for c in drained["claimed"] if c),
+                    },
+                    met=drained["double"] == drained["missing"] == 0,
+                    target="every job once",
+                )
+            )
+    database.reset_jobs()
+    return figures
+
+
 def _settle_s(sizes: Sizes, poll_s: float) -> float:
     """How long a fleet polling every `poll_s` settles before its idle cost is taken."""
     if sizes.many_workers_settle_s is not None:

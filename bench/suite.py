@@ -59,6 +59,10 @@ class Sizes:
     many_workers_idle_s: float = 30.0
     #: How long a fleet settles before its idle cost is taken (None: two polls, >= 5 s).
     many_workers_settle_s: float | None = None
+    #: The fleets of the pooled sweep (worker processes through one PgBouncer), and the
+    #: jobs each drains.
+    sweep_fleets: tuple[int, ...] = (1, 10, 30, 100)
+    sweep_jobs: int = 20_000
     pressure_rate: int = 500
     pressure_handlers: int = 16
     pressure_clean_s: float = 60.0
@@ -100,6 +104,8 @@ SMOKE = Sizes(
     many_workers_jobs=1000,
     many_workers_idle_s=2.0,
     many_workers_settle_s=0.5,
+    sweep_fleets=(1, 3),
+    sweep_jobs=200,
     pressure_rate=100,
     pressure_clean_s=2.0,
     pressure_pinned_s=4.0,
@@ -854,6 +860,7 @@ BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
     "console": console.pages,
     "registry": console.registry_drain,
     "many_workers": many_workers.many_workers,
+    "pooled_sweep": many_workers.pooled_sweep,
     "pressure": pressure.pressure,
     "capacity": capacity.capacity,
 }
