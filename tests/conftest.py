@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from django_pgjobs.testing.localdb import EmbeddedPostgres, database_settings
+from tests.proxy import FreezableProxy, freezable_proxy
 
 
 @pytest.fixture(scope="session")
@@ -79,3 +80,14 @@ def example_database() -> Iterator[str]:
 
     with scratch_database() as url:
         yield url
+
+
+@pytest.fixture
+def proxy() -> Iterator[FreezableProxy]:
+    """A TCP proxy in front of the test database that can freeze, as a hung server does
+    (tests/proxy.py)."""
+    from django.db import connection
+
+    settings = connection.settings_dict
+    with freezable_proxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432)) as p:
+        yield p

@@ -6,17 +6,23 @@ TCP keepalives succeed and `tcp_user_timeout` never fires, so a statement sent t
 waits forever. After a failover the new primary then waits with jobs while every thread
 of the worker waits on the old one.
 
-The watchdog watches every connection of a worker's process: Django's, in every thread
-(handlers' included), and the LISTEN line. When one has been busy on a statement for
-longer than `timeout`, it knocks on the same server: a new connection and the first
-message of PostgreSQL's protocol, which a live server answers before any login, however
-busy or out of connections. A server that answers is only slow, and the statement is
-left alone. One that does not
-answer in time is taken for hung: every watched connection to it is cut (its socket shut
-down), so that each waiting call fails as if the server had died, and the worker's usual
-path takes over: back off, reconnect, and land (libpq's multi-host URL) on the server that
-now takes writes. What the cut calls had sent is the server's to commit or not, as after
-any lost connection: claims come back when their lease lapses, completions are sent again.
+The watchdog watches every TCP connection to PostgreSQL of a worker's process: Django's,
+in every thread (handlers' included), and the LISTEN line. It never calls libpq from
+another thread: a connection is busy while psycopg holds its lock (a statement, a
+commit), and the kernel says how long its socket has received nothing (Linux's
+TCP_INFO). When a busy connection has heard nothing for longer than `timeout`, it knocks
+on the same server: a new connection and the first message of PostgreSQL's protocol (an
+SSL request), which a live server answers before any login, however busy or out of
+connections. A server that answers is only slow, and the statement is left alone. One
+that does not answer in time is taken for hung: every watched connection to it is cut
+(its socket shut down), so that each waiting call fails as if the server had died, and
+the worker's usual path takes over: back off, reconnect, and land (libpq's multi-host
+URL) on the server that now takes writes. What the cut calls had sent is the server's to
+commit or not, as after any lost connection: claims come back when their lease lapses,
+completions are sent again.
+
+Unix-socket connections are not watched (their server is on the same host), nor are
+connections on a system without TCP_INFO.
 """
 
 from __future__ import annotations
@@ -32,27 +38,36 @@ import time
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 from django.db import connections
 from django.db.backends.signals import connection_created
-from psycopg import pq
 
 logger = logging.getLogger("django_pgjobs.worker")
 
+#: The first message of PostgreSQL's protocol a client may send: an SSL request (length
+#: 8, code 80877103), which the server answers with one byte, S or N, before any login.
+SSL_REQUEST = struct.pack("!ii", 8, 80877103)
+#: Where Linux's struct tcp_info keeps the milliseconds since data was last received
+#: (tcpi_last_data_recv), and the bytes to ask for.
+_LAST_DATA_RECV, _TCP_INFO_BYTES = 52, 104
+
 
 def connect_timeout(timeout: float) -> int:
-    """Whole seconds to wait for one host to accept a connection (libpq's least is 2): a
-    third of the hung-server timeout, so that a multi-host URL soon tries the next."""
-    return max(2, math.ceil(timeout / 3))
+    """Whole seconds to wait for one host to take a connection, login included (libpq's
+    least is 2): the hung-server timeout, so that a multi-host URL tries the next host
+    after it, and a slow login (TLS, LDAP) still fits."""
+    return max(2, math.ceil(timeout))
 
 
 def connection_options(timeout: float) -> dict[str, int]:
     """libpq's timeouts for a worker's connections, from the hung-server timeout: give up
     connecting to one host after a while (the next host of a multi-host URL is tried),
-    find a peer that vanished (keepalives on an idle connection), and give up on data it
-    never acknowledged (tcp_user_timeout, in milliseconds)."""
+    find a peer that vanished (keepalives on an idle connection: after `keepalives_idle`
+    plus `keepalives_count` unanswered probes `keepalives_interval` apart), and give up on
+    data it never acknowledged (tcp_user_timeout, in milliseconds)."""
     whole = math.ceil(timeout)
     return {
         "connect_timeout": connect_timeout(timeout),
@@ -64,115 +79,132 @@ def connection_options(timeout: float) -> dict[str, int]:
     }
 
 
-#: The first message of PostgreSQL's protocol a client may send: an SSL request (length
-#: 8, code 80877103), which the server answers with one byte, S or N, before any login.
-SSL_REQUEST = struct.pack("!ii", 8, 80877103)
-
-
 @dataclass
 class _Watched:
-    """A connection the watchdog may cut: its socket, and the server's address."""
+    """A connection, and its socket: its descriptor, the socket it was (its inode, so that
+    a number taken by another socket since is not mistaken for it), the server's address."""
 
     conn: weakref.ref[psycopg.Connection[Any]]
     fd: int
-    peer: Any  # the server's socket address (a path for a Unix socket)
-    busy_since: float | None = None
+    inode: int
+    peer: tuple[Any, ...]
 
     @property
     def server(self) -> str:
-        return (
-            ":".join(str(part) for part in self.peer[:2])
-            if isinstance(self.peer, tuple)
-            else str(self.peer)
-        )
+        return f"{self.peer[0]}:{self.peer[1]}"
+
+    @contextlib.contextmanager
+    def socket(self) -> Iterator[socket.socket | None]:
+        """A duplicate of the socket while it is still this connection's (None once it is
+        closed, or its number was taken by another)."""
+        try:
+            duplicate = os.dup(self.fd)
+        except OSError:
+            yield None
+            return
+        try:
+            if os.fstat(duplicate).st_ino != self.inode:
+                yield None
+                return
+            with socket.socket(fileno=os.dup(duplicate)) as sock:
+                yield sock
+        except OSError:
+            yield None
+        finally:
+            os.close(duplicate)
+
+
+def _silent_ms(sock: socket.socket) -> int | None:
+    """Milliseconds since the socket last received data (None: the kernel cannot say)."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
+    except (OSError, AttributeError):
+        return None
+    if len(info) < _LAST_DATA_RECV + 4:
+        return None
+    return int(struct.unpack_from("I", info, _LAST_DATA_RECV)[0])
 
 
 class Watchdog:
     """Watches connections; `check()` cuts those of a server that stopped answering."""
 
     def __init__(self, timeout: float) -> None:
+        if not timeout >= 1:
+            raise ValueError(f"the hung-server timeout must be at least 1 second, not {timeout}")
         self.timeout = timeout
-        self.connect_timeout = connect_timeout(timeout)
+        self.probe_timeout = connect_timeout(timeout)
         self._watched: dict[int, _Watched] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def watch(self, conn: psycopg.Connection[Any]) -> None:
-        """Watch `conn` until it is closed (called on the thread that connected it)."""
-        if conn.closed:
-            return
+        """Watch `conn`'s socket while it stays open (called on the thread that connected
+        it): a TCP connection whose waits the kernel can report."""
         try:
             fd = conn.fileno()
-            peer = _peer(fd)
+            with socket.socket(fileno=os.dup(fd)) as sock:
+                if sock.family not in (socket.AF_INET, socket.AF_INET6):
+                    return
+                if _silent_ms(sock) is None:
+                    return
+                peer = sock.getpeername()
+            inode = os.fstat(fd).st_ino
         except (OSError, psycopg.Error):
             return
-        if not peer:  # no address to probe (an unnamed socket): never cut blind
-            return
         with self._lock:
-            self._watched[id(conn)] = _Watched(conn=weakref.ref(conn), fd=fd, peer=peer)
+            self._watched[fd] = _Watched(conn=weakref.ref(conn), fd=fd, inode=inode, peer=peer)
 
-    def check(self, now: float) -> list[str]:
-        """One look at the watched connections (now: time.monotonic()); return the servers
-        given up on, whose connections were cut."""
+    def check(self) -> list[str]:
+        """One look at the watched connections; return the servers given up on, whose
+        connections were cut."""
         with self._lock:
             entries = list(self._watched.items())
-        waited_on: dict[str, _Watched] = {}
-        for key, entry in entries:
+        waiting: dict[str, tuple[_Watched, int]] = {}
+        for fd, entry in entries:
             conn = entry.conn()
-            if conn is None or conn.closed:
-                with self._lock:
-                    self._watched.pop(key, None)
-                continue
-            if conn.pgconn.transaction_status != pq.TransactionStatus.ACTIVE:
-                entry.busy_since = None
-            elif entry.busy_since is None:
-                entry.busy_since = now
-            elif now - entry.busy_since >= self.timeout:
-                waited_on.setdefault(entry.server, entry)
+            busy = conn is not None and conn.lock.locked()  # a statement, a commit
+            with entry.socket() as sock:
+                if sock is None or conn is None:
+                    with self._lock:
+                        if self._watched.get(fd) is entry:
+                            del self._watched[fd]
+                    continue
+                waited = _silent_ms(sock) if busy else None
+            if waited is not None and waited >= self.timeout * 1000:
+                longest = waiting.get(entry.server, (entry, 0))[1]
+                waiting[entry.server] = (entry, max(longest, waited))
         hung: list[str] = []
-        for server, entry in waited_on.items():
+        for server, (entry, waited) in waiting.items():
             if self._answers(entry.peer):
-                # Only slow: ask again after another timeout, if it still waits.
-                for _, other in entries:
-                    if other.server == server and other.busy_since is not None:
-                        other.busy_since = now
-                continue
+                continue  # only slow: asked again at the next check, if it still waits
             cut = sum(_cut(other) for _, other in entries if other.server == server)
             logger.warning(
-                "the database server %s has not answered a statement for %.0fs, nor a new "
-                "connection within %ss: taking it for hung and dropping this worker's %s "
-                "connections to it; reconnecting (after a failover, to the new primary)",
+                "the database server %s has not answered a statement for %.1fs, nor a new "
+                "connection within %ss: taking it for hung; dropped=%s connections; "
+                "reconnecting (after a failover, to the new primary)",
                 server,
-                now - entry.busy_since if entry.busy_since is not None else self.timeout,
-                self.connect_timeout,
+                waited / 1000,
+                self.probe_timeout,
                 cut,
             )
             hung.append(server)
         return hung
 
-    def _answers(self, peer: Any) -> bool:
-        """Whether the server at `peer` (a socket address) answers a new connection in
-        time. The probe sends the first message of PostgreSQL's protocol, an SSL request,
-        which the server answers with one byte before any login: a server out of
-        connections or busy answers it, a frozen one does not (nor a pooler's, for
-        PgBouncer answers for the servers behind it)."""
-        if isinstance(peer, str):
-            family = socket.AF_UNIX
-        elif isinstance(peer, tuple) and len(peer) == 4:
-            family = socket.AF_INET6
-        elif isinstance(peer, tuple):
-            family = socket.AF_INET
-        else:  # pragma: no cover - watch() keeps only socket addresses
-            return True
-        with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.settimeout(self.connect_timeout + 1)
-            try:
-                sock.connect(peer)
+    def _answers(self, peer: tuple[Any, ...]) -> bool:
+        """Whether the server at `peer` answers a new connection within the probe's
+        time. The probe sends PostgreSQL's SSL request, which the server answers with one
+        byte before any login: a server out of connections or busy answers it, a frozen
+        one does not. (PgBouncer answers it itself: behind a pooler the probe hears the
+        pooler, whatever its servers do.)"""
+        deadline = time.monotonic() + self.probe_timeout
+        try:
+            with socket.create_connection(peer[:2], timeout=self.probe_timeout) as sock:
                 sock.sendall(SSL_REQUEST)
+                sock.settimeout(max(deadline - time.monotonic(), 0.01))
                 return len(sock.recv(1)) == 1
-            except OSError:
-                return False
+        except OSError:
+            return False
 
     # The thread ------------------------------------------------------------------------
 
@@ -183,112 +215,122 @@ class Watchdog:
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(self.connect_timeout + 2)
+            self._thread.join(self.probe_timeout + 1)
 
     def _run(self) -> None:
         interval = min(1.0, self.timeout / 4)
         while not self._stop.wait(interval):
             try:
-                self.check(time.monotonic())
+                self.check()
             except Exception:  # the watchdog must outlive any surprise
                 logger.exception("the database watchdog failed a check; it goes on")
 
 
-def _peer(fd: int) -> Any:
-    """The address of the far end of socket `fd` (None when it has none)."""
-    with socket.socket(fileno=os.dup(fd)) as sock:
-        try:
-            return sock.getpeername()
-        except OSError:
-            return None
-
-
 def _cut(entry: _Watched) -> bool:
-    """Shut the socket of a watched connection down, so that whatever waits on it fails
-    at once; skip it when its descriptor no longer leads to the same peer (closed, and
-    the number taken by another socket). Return whether it was cut."""
-    conn = entry.conn()
-    if conn is None or conn.closed:
-        return False
-    try:
-        with socket.socket(fileno=os.dup(entry.fd)) as sock:
-            if sock.getpeername() != entry.peer:
-                return False
+    """Shut a watched connection's socket down, so that whatever waits on it fails at
+    once; return whether it was cut (not when it is no longer that connection's)."""
+    with entry.socket() as sock:
+        if sock is None:
+            return False
+        try:
             sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        return False
+        except OSError:
+            return False
     return True
 
 
 # The process's watchdog -----------------------------------------------------------------
 
+
+@dataclass
+class _Guard:
+    """The process's watchdog while guards are open, and the OPTIONS it added."""
+
+    dog: Watchdog
+    added: dict[str, dict[str, int]]  # alias -> the options added, with their values
+    guards: int = 1
+
+
 _guard_lock = threading.Lock()
-_active: list[Watchdog] = []  # at most one: the process's, while a worker runs
-_guards = 0
-_added_options: dict[str, list[str]] = {}
+_current: _Guard | None = None
 
 
-def watch(conn: psycopg.Connection[Any]) -> None:
-    """Watch `conn` if a worker runs in this process (the LISTEN line, say)."""
-    if _active:
-        _active[0].watch(conn)
+def watch(conn: Any) -> None:
+    """Watch `conn` if a guard is open in this process (the LISTEN line, say)."""
+    current = _current
+    if current is not None and isinstance(conn, psycopg.Connection):
+        current.dog.watch(conn)
 
 
 def _on_connection_created(sender: Any, connection: Any, **kwargs: Any) -> None:
-    if connection.connection is not None:
-        watch(connection.connection)
+    watch(connection.connection)
 
 
 @contextlib.contextmanager
-def guarding(timeout: float | None) -> Iterator[None]:
-    """Within it, watch every connection this process opens, and give each database's
-    connections the libpq timeouts their OPTIONS do not set: a statement that waits on a
-    server that no longer answers (a hung primary) fails with OperationalError within
-    about `timeout` seconds plus a probe's, instead of waiting forever.
+def guarding(timeout: float | timedelta | None) -> Iterator[None]:
+    """Guard this process's connections to PostgreSQL against a server that stops
+    answering (S43), for the length of the block.
 
-    Every worker runs in one (PGJOBS["HUNG_SERVER_TIMEOUT"]); a long-running process of
-    your own that enqueues (`django_pgjobs.guard_connections(5)`) can too. The first
-    guard of a process starts the watchdog; the last one out stops it and takes those
-    options back. None: nothing is watched."""
-    global _guards
+    Within it every connection this process opens to a PostgreSQL database of DATABASES
+    is watched, and gets the libpq timeouts its OPTIONS do not set (`connection_options`).
+    A statement that waits on a server that no longer answers (a hung primary) then
+    fails with OperationalError about `timeout` seconds after it was sent, plus the
+    probe's time, instead of waiting forever. Every worker runs in one
+    (PGJOBS["HUNG_SERVER_TIMEOUT"]); a long-running process of your own that enqueues
+    can too, as `django_pgjobs.guard_connections(5)`.
+
+    Args:
+        timeout: seconds (or a timedelta), at least 1; None: nothing is guarded.
+
+    Guards nest and overlap across threads: the first one open starts the watchdog, with
+    its timeout, and the last one out stops it and takes back the options it added (those
+    still as it set them).
+    """
+    global _current
     if timeout is None:
         yield
         return
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
     with _guard_lock:
-        _guards += 1
-        if _guards == 1:
-            _start(timeout)
+        if _current is None:
+            _current = _start(seconds)
+        else:
+            _current.guards += 1
     try:
         yield
     finally:
         with _guard_lock:
-            _guards -= 1
-            if _guards == 0:
-                _stop()
+            if _current is not None:
+                _current.guards -= 1
+                if _current.guards == 0:
+                    _stop(_current)
+                    _current = None
 
 
-def _start(timeout: float) -> None:
-    dog = Watchdog(timeout)
+def _start(timeout: float) -> _Guard:
+    dog = Watchdog(timeout)  # raises on a timeout under a second, before any change
+    dog.start()
     defaults = connection_options(timeout)
+    added: dict[str, dict[str, int]] = {}
     for alias in connections:
+        if connections[alias].vendor != "postgresql":
+            continue
         options = connections.settings[alias].setdefault("OPTIONS", {})
-        added = [name for name in defaults if name not in options]
-        options.update({name: defaults[name] for name in added})
-        _added_options[alias] = added
-    _active.append(dog)
+        added[alias] = {name: value for name, value in defaults.items() if name not in options}
+        options.update(added[alias])
+    guard = _Guard(dog=dog, added=added)
     connection_created.connect(_on_connection_created, dispatch_uid="pgjobs-watchdog")
     for wrapper in connections.all(initialized_only=True):
-        if wrapper.connection is not None:
+        if isinstance(wrapper.connection, psycopg.Connection):
             dog.watch(wrapper.connection)
-    dog.start()
+    return guard
 
 
-def _stop() -> None:
+def _stop(guard: _Guard) -> None:
     connection_created.disconnect(dispatch_uid="pgjobs-watchdog")
-    dog = _active.pop()
-    dog.stop()
-    for alias, added in _added_options.items():
-        options = connections.settings[alias].get("OPTIONS", {})
-        for name in added:
-            options.pop(name, None)
-    _added_options.clear()
+    guard.dog.stop()
+    for alias, added in guard.added.items():
+        options = connections.settings.get(alias, {}).get("OPTIONS", {})
+        for name, value in added.items():
+            if options.get(name) == value:
+                del options[name]

@@ -266,7 +266,7 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped (or drained, in burst mode); return the exit status."""
-        with watchdog.guarding(_optional_seconds(pgjobs_settings.HUNG_SERVER_TIMEOUT)):
+        with watchdog.guarding(pgjobs_settings.HUNG_SERVER_TIMEOUT):
             return self._run()
 
     def _run(self) -> int:
@@ -586,7 +586,3 @@ def _moment(timestamp: float | None) -> str:
 def _seconds(value: float | timedelta | None, default: float | timedelta) -> float:
     chosen = default if value is None else value
     return chosen.total_seconds() if isinstance(chosen, timedelta) else float(chosen)
-
-
-def _optional_seconds(value: float | timedelta | None) -> float | None:
-    return None if value is None else _seconds(value, 0)

@@ -1,7 +1,9 @@
-"""S36, rehearsed on real servers: a primary and its standby in streaming replication
-(tests/replication.py), two `runjobs` processes and an enqueuer that reach them through
+"""S36 and S43, rehearsed on real servers: a primary and its standby in streaming
+replication (tests/replication.py), or a pg_auto_failover monitor and two nodes
+(tests/autofailover.py); two `runjobs` processes and an enqueuer reach them through
 libpq's multi-host URL (`target_session_attrs=read-write`). Mid-drain the primary is
-stopped hard and the standby promoted; nobody is told where the new primary is.
+stopped hard and the standby promoted by hand, or killed (kill -9) or frozen (SIGSTOP)
+whole and promoted by the monitor; nobody is told where the new primary is.
 
 With synchronous replication nothing committed is lost (every enqueue that returned,
 every job it made, runs) and every transaction-mode job takes effect exactly once. With
@@ -54,21 +56,20 @@ from django_pgjobs import guard_connections
 from tests import jobs
 ledger, stop = Path(os.environ["LEDGER"]).open("a"), Path(os.environ["STOP"])
 n, refused = 1_000_000, 0
-guard = guard_connections(5)  # a hung primary fails its transaction, as a dead one does
-guard.__enter__()
-while not stop.exists():
-    try:
-        with transaction.atomic():
-            jobs.failover_effect.enqueue(n=n)
-    except DatabaseError:
-        refused += 1
-        connection.close()
-        time.sleep(0.05)
-        continue
-    ledger.write(f"{n}\\n")
-    ledger.flush()
-    n += 1
-    time.sleep(0.01)
+with guard_connections(5):  # a hung primary fails its transaction, as a dead one does
+    while not stop.exists():
+        try:
+            with transaction.atomic():
+                jobs.failover_effect.enqueue(n=n)
+        except DatabaseError:
+            refused += 1
+            connection.close()
+            time.sleep(0.05)
+            continue
+        ledger.write(f"{n}\\n")
+        ledger.flush()
+        n += 1
+        time.sleep(0.01)
 print(f"refused={refused}")
 """
 
@@ -272,7 +273,7 @@ def test_s36_pg_auto_failover_promotes_by_itself_when_the_primary_is_killed_mid_
 
 
 @needs_pg_auto_failover
-def test_s36_a_frozen_primary_is_given_up_and_the_drain_goes_on_on_the_new_one(
+def test_s43_a_frozen_primary_is_given_up_and_the_drain_goes_on_on_the_new_one(
     tmp_path: Path,
 ) -> None:
     with autofailover.formation() as group:
