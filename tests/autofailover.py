@@ -13,10 +13,8 @@ defaults (`MONITOR_SETTINGS`); docs/how-to/failover.md says what they trade.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -27,7 +25,15 @@ from typing import IO
 import psycopg
 
 from django_pgjobs.testing.localdb import DEFAULT_RUN_AS, free_port
-from tests.replication import BIN, DATABASE, append_settings, as_owner, wait_replayed
+from tests.replication import (
+    BIN,
+    DATABASE,
+    Server,
+    append_settings,
+    as_owner,
+    servers_root,
+    wait_replayed,
+)
 
 PG_AUTOCTL = Path("/usr/bin/pg_autoctl")
 
@@ -51,15 +57,10 @@ def available() -> bool:
 
 
 @dataclass
-class Node:
-    name: str
-    data: Path
-    port: int
-    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+class Node(Server):
+    """A server of the formation, and the pg_autoctl that runs it."""
 
-    @property
-    def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{DATABASE}"
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
 
 class Formation:
@@ -306,14 +307,10 @@ def ask(url: str, statement: str) -> tuple[object, ...] | None:
 @contextmanager
 def formation() -> Iterator[Formation]:
     """Start a monitor and two nodes; stop them and remove their data at the end."""
-    root = Path(tempfile.mkdtemp(prefix="pgjobs-autofailover-"))
-    owner = as_owner()
-    if owner:
-        os.chown(root, owner["user"], owner["group"])
-    group = Formation(root)
-    try:
-        group.start()
-        yield group
-    finally:
-        group.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    with servers_root("pgjobs-autofailover-") as root:
+        group = Formation(root)
+        try:
+            group.start()
+            yield group
+        finally:
+            group.stop()

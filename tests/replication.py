@@ -211,16 +211,26 @@ def wait_replayed(primary: str, standby: str, timeout: float = 60) -> None:
 @contextmanager
 def replicated_pair(*, synchronous: bool) -> Iterator[ReplicatedPair]:
     """Start a primary and its standby; stop both and remove their data at the end."""
-    root = Path(tempfile.mkdtemp(prefix="pgjobs-replication-"))
+    with servers_root("pgjobs-replication-") as root:
+        pair = ReplicatedPair(root, synchronous=synchronous)
+        try:
+            pair.start()
+            yield pair
+        finally:
+            pair.stop()
+
+
+@contextmanager
+def servers_root(prefix: str) -> Iterator[Path]:
+    """A temporary directory for servers' data, owned by the account they run as, and
+    removed at the end."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     owner = as_owner()
     if owner:
         os.chown(root, owner["user"], owner["group"])
-    pair = ReplicatedPair(root, synchronous=synchronous)
     try:
-        pair.start()
-        yield pair
+        yield root
     finally:
-        pair.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
