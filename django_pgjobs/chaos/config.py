@@ -21,8 +21,12 @@ FAULT_KINDS = (
     "failover",
     "pin",
 )
-#: The faults made by a command of the operator's: the command's option, for messages.
-DATABASE_COMMANDS = {"restart": "--allow-db-restart", "failover": "--failover"}
+#: The faults made by a command of the operator's: the option that gives it, and the
+#: ChaosConfig fields of the command and of the least time between two such faults.
+DATABASE_COMMANDS = {
+    "restart": ("--allow-db-restart", "restart_command", "restart_every"),
+    "failover": ("--failover", "failover_command", "failover_every"),
+}
 DEFAULT_FAULTS = ("kill", "stop", "terminate", "ghost", "poison", "cancel")
 
 
@@ -78,7 +82,7 @@ class ChaosConfig:
             problems.append(
                 f"unknown faults {', '.join(unknown)} (known: {', '.join(FAULT_KINDS)})"
             )
-        for kind, option in DATABASE_COMMANDS.items():
+        for kind, (option, _, _) in DATABASE_COMMANDS.items():
             if kind in self.faults and not self.command(kind):
                 problems.append(f"a {kind} fault needs the command that makes it ({option} CMD)")
         if problems:
@@ -86,11 +90,13 @@ class ChaosConfig:
 
     def command(self, kind: str) -> str | None:
         """The operator's command that makes a fault of `kind` (restart, failover)."""
-        return {"restart": self.restart_command, "failover": self.failover_command}.get(kind)
+        fields = DATABASE_COMMANDS.get(kind)
+        return getattr(self, fields[1]) if fields else None
 
     def least_gap(self, kind: str) -> float:
         """The least time between two faults of `kind` (0: none)."""
-        return {"restart": self.restart_every, "failover": self.failover_every}.get(kind, 0.0)
+        fields = DATABASE_COMMANDS.get(kind)
+        return float(getattr(self, fields[2])) if fields else 0.0
 
 
 @dataclass(frozen=True, slots=True)
