@@ -111,11 +111,16 @@ def _stat(pid: int) -> list[str]:
 
 
 def postmaster_of(database: Database) -> int | None:
-    """The pid of the server's postmaster, when it runs on this machine."""
+    """The pid of the server's postmaster, when it runs on this machine: the parent of
+    this connection's backend, if that pid here is a postgres process at all (a server
+    elsewhere has pids of its own)."""
     with database.connect() as conn:
         row = conn.execute("SELECT pg_backend_pid()").fetchone()
     try:
-        return int(_stat(int(row[0]))[1]) if row else None
+        backend = int(row[0]) if row else 0
+        if Path(f"/proc/{backend}/comm").read_text().strip() != "postgres":
+            return None
+        return int(_stat(backend)[1])
     except OSError:
         return None
 

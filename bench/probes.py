@@ -47,10 +47,10 @@ def install() -> None:
     wrap(Wakeup, "wait", None, "woke", lambda a, r: [1] if r else [])
     wrap(
         type(Job.objects),
-        "claim_batch",
+        "claim_for_worker",  # the loop's claim (claim_batch is the API's, around it)
         "claim_start",
         "claim_end",
-        lambda a, r: [h.id for h in r] if r else [],
+        lambda a, r: [h.id for h in r[0]] if r else [],
     )
     wrap(HandlerPool, "submit", "submit", None, lambda a, r: [x.handle.id for x in a[1]])
     wrap(Executor, "run", "executor_start", None, lambda a, r: [a[1].id])

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 SEGMENTS = (
     ("notify", "commit -> the worker's wait returns (NOTIFY hop, select wake-up)"),
     ("loop", "-> the claim starts (the loop's bookkeeping)"),
-    ("claim", "-> the claim returns (claim_batch: the statement's round trip + handles)"),
+    ("claim", "-> the claim returns (claim_for_worker: the statement's round trip + handles)"),
     ("hand_off", "-> the pool has it (pacing, submit)"),
     ("thread", "-> a handler thread's executor starts (queue hand-off, thread wake-up)"),
     ("executor", "-> the handler's first line (executor: definition, payload, context)"),
@@ -184,7 +184,7 @@ def segments(
 
 
 def claim_statements(events: list[list[object]]) -> dict[str, int]:
-    """How often each sequence of statements ran inside one claim_batch call."""
+    """How often each sequence of statements ran inside one claim of the loop."""
     counts: Counter[str] = Counter()
     inside: list[str] | None = None
     for kind, _, _ in events:
@@ -231,9 +231,14 @@ def wake_parts(database: Database, sizes: Sizes) -> list[Figure]:
     ):
         parts, statements = probed_worker(database, jobs, gap_s)
         woken = len(parts["total"])
+        if not woken:
+            raise RuntimeError(
+                "the probed worker's events matched no job woken by a notification: do "
+                "bench/probes.py's wrapped methods still exist under those names?"
+            )
         run = {"jobs": jobs, "gap_ms": gap_s * 1000, "jobs woken by a notification": woken}
         for name, label in (*SEGMENTS, ("total", "commit -> handler, probed worker")):
-            values = parts[name] or [0.0]
+            values = parts[name]
             figures.append(
                 Figure(
                     "wake parts",
@@ -243,14 +248,14 @@ def wake_parts(database: Database, sizes: Sizes) -> list[Figure]:
                     details={**run, "p99": round(_pct(values, 0.99), 3)},
                 )
             )
-        values = parts["statements"] or [0.0]
+        values = parts["statements"]
         figures.append(
             Figure(
                 "wake parts",
                 f"{when}statements per wake-up claim, mean",
                 statistics.mean(values),
                 "statements",
-                details={**run, "statements inside claim_batch": statements},
+                details={**run, "statements inside the claim": statements},
             )
         )
     return figures
