@@ -170,13 +170,13 @@ def test_a_chaos_run_with_failovers_among_its_faults_keeps_every_invariant() -> 
     with autofailover.formation() as group:
         manage_py(suite_env(DATABASE_URL=group.url), "migrate", "--run-syncdb", "-v0")
         result = chaosjobs(
-            "--duration=24",
+            "--duration=14",
             "--workers=2",
             "--jobs=60",
             "--rate=10",
             "--lease=3",
-            "--fault-every=1",
-            "--failover-every=6",
+            "--fault-every=0.5",  # a round of every kind about every 4 s
+            "--failover-every=5",
             f"--failover={group.failover_command()}",
             database_url=group.url,
             timeout=300,
