@@ -254,20 +254,28 @@ def test_s36_with_asynchronous_replication_what_is_lost_is_measured_and_nothing_
     assert figures["jobs enqueued and acknowledged"] > JOBS
 
 
-@needs_pg_auto_failover
-def test_s36_pg_auto_failover_promotes_by_itself_when_the_primary_is_killed_mid_drain(
-    tmp_path: Path,
-) -> None:
+def rehearse_with_pg_auto_failover(
+    fault: Callable[[autofailover.Formation, autofailover.Node], None], tmp_path: Path
+) -> dict[str, Any]:
+    """The rehearsal on a pg_auto_failover formation: `fault` breaks the primary node,
+    and its monitor promotes the other."""
     with autofailover.formation() as group:
         primary = group.primary()
 
-        def kill_9() -> str:
-            group.kill(primary)
+        def fail() -> str:
+            fault(group, primary)
             standby = group.other(primary)
             group.wait_promoted(standby)
             return standby.url
 
-        figures = rehearse(group, primary.url, kill_9, tmp_path)
+        return rehearse(group, primary.url, fail, tmp_path)
+
+
+@needs_pg_auto_failover
+def test_s36_pg_auto_failover_promotes_by_itself_when_the_primary_is_killed_mid_drain(
+    tmp_path: Path,
+) -> None:
+    figures = rehearse_with_pg_auto_failover(autofailover.Formation.kill, tmp_path)
     record("pg_auto_failover-kill", figures)
     assert_nothing_lost(figures)
 
@@ -276,15 +284,6 @@ def test_s36_pg_auto_failover_promotes_by_itself_when_the_primary_is_killed_mid_
 def test_s43_a_frozen_primary_is_given_up_and_the_drain_goes_on_on_the_new_one(
     tmp_path: Path,
 ) -> None:
-    with autofailover.formation() as group:
-        primary = group.primary()
-
-        def freeze() -> str:
-            group.freeze(primary)
-            standby = group.other(primary)
-            group.wait_promoted(standby)
-            return standby.url
-
-        figures = rehearse(group, primary.url, freeze, tmp_path)
+    figures = rehearse_with_pg_auto_failover(autofailover.Formation.freeze, tmp_path)
     record("pg_auto_failover-freeze", figures)
     assert_nothing_lost(figures)
