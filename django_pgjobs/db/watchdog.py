@@ -97,21 +97,20 @@ class _Watched:
     def socket(self) -> Iterator[socket.socket | None]:
         """A duplicate of the socket while it is still this connection's (None once it is
         closed, or its number was taken by another)."""
-        try:
+        sock = None
+        with contextlib.suppress(OSError):
             duplicate = os.dup(self.fd)
-        except OSError:
+            try:
+                if os.fstat(duplicate).st_ino == self.inode:
+                    sock = socket.socket(fileno=duplicate)  # it owns the duplicate now
+            finally:
+                if sock is None:
+                    os.close(duplicate)
+        if sock is None:
             yield None
             return
-        try:
-            if os.fstat(duplicate).st_ino != self.inode:
-                yield None
-                return
-            with socket.socket(fileno=os.dup(duplicate)) as sock:
-                yield sock
-        except OSError:
-            yield None
-        finally:
-            os.close(duplicate)
+        with sock:
+            yield sock
 
 
 def _silent_ms(sock: socket.socket) -> int | None:
@@ -134,6 +133,9 @@ class Watchdog:
         self.timeout = timeout
         self.probe_timeout = connect_timeout(timeout)
         self._watched: dict[int, _Watched] = {}
+        #: When each server last answered a probe (time.monotonic()): it is not asked
+        #: again for `timeout` seconds, however long its statements run.
+        self._answered_at: dict[str, float] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -176,8 +178,11 @@ class Watchdog:
                 waiting[entry.server] = (entry, max(longest, waited))
         hung: list[str] = []
         for server, (entry, waited) in waiting.items():
+            if time.monotonic() - self._answered_at.get(server, float("-inf")) < self.timeout:
+                continue
             if self._answers(entry.peer):
-                continue  # only slow: asked again at the next check, if it still waits
+                self._answered_at[server] = time.monotonic()  # only slow: it runs on
+                continue
             cut = sum(_cut(other) for _, other in entries if other.server == server)
             logger.warning(
                 "the database server %s has not answered a statement for %.1fs, nor a new "

@@ -85,12 +85,22 @@ def test_s43_a_statement_on_a_frozen_server_fails_and_other_servers_are_left_alo
 def test_s43_a_slow_statement_on_a_server_that_answers_runs_to_its_end(
     proxy: FreezableProxy, dog: Watchdog
 ) -> None:
+    probes: list[Any] = []
+    answers = dog._answers
+
+    def counted(peer: Any) -> bool:
+        probes.append(peer)
+        return answers(peer)
+
+    dog._answers = counted  # type: ignore[method-assign]
     with through(proxy) as conn:
         dog.watch(conn)
-        # Three times the watchdog's timeout: it probes, the server answers, it waits on.
-        outcome = in_thread(lambda: conn.execute("SELECT pg_sleep(3), 'done'").fetchone())
+        # Four times the watchdog's timeout: it probes, the server answers, it waits on,
+        # and asks again no sooner than a timeout later (not at every check, 4 a second).
+        outcome = in_thread(lambda: conn.execute("SELECT pg_sleep(4), 'done'").fetchone())
         assert outcome == ("", "done"), outcome
         assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert 1 <= len(probes) <= 4, probes
 
 
 def test_s43_a_closed_connection_is_forgotten_and_never_cut(
