@@ -109,13 +109,15 @@ class Settings:
     #: waiting for the WAL flush; a database crash may lose their last moments, and those
     #: jobs run again, as after a worker crash. Enqueues are never affected.
     ASYNC_BOOKKEEPING: bool = True
-    #: Seconds a worker waits on a statement before it asks the server, on a connection
-    #: of its own, whether it answers at all. A server that does not (a primary that
-    #: hangs: a paused VM, a stopped process) is given up: the worker cuts its every
-    #: connection to it and reconnects, which after a failover finds the new primary.
-    #: A server that answers is only slow, and its statement runs on. It also sets
-    #: the libpq timeouts of the worker's connections where DATABASES' OPTIONS set none
-    #: (connect_timeout, keepalives, tcp_user_timeout). None: wait as long as TCP does.
+    #: Seconds a statement of a worker's process may hear nothing from its server before
+    #: the worker asks the server, on a new connection, whether it answers at all (S43).
+    #: A server that does not (a primary that hangs: a paused VM, a stopped process) is
+    #: given up: the worker cuts its every connection to it and reconnects, which after a
+    #: failover finds the new primary. A server that answers is only slow, and its
+    #: statement runs on. It also sets the libpq timeouts of the worker's connections
+    #: where DATABASES' OPTIONS set none (connect_timeout, keepalives, tcp_user_timeout).
+    #: TCP connections on Linux; behind PgBouncer it guards the link to the pooler only.
+    #: None: wait as long as TCP does.
     HUNG_SERVER_TIMEOUT: float | timedelta | None = 5
     #: A connection string for the worker's LISTEN connection, straight to PostgreSQL,
     #: when DATABASES points at a transaction-mode pooler (PgBouncer), which cannot carry
