@@ -93,6 +93,10 @@ if os.environ.get("PGJOBS_TEST_SPANS_FILE"):
     from tests.otel import write_to
 
     write_to(os.environ["PGJOBS_TEST_SPANS_FILE"])
+if os.environ.get("PGJOBS_HUNG_SERVER_TIMEOUT"):
+    PGJOBS["HUNG_SERVER_TIMEOUT"] = float(os.environ["PGJOBS_HUNG_SERVER_TIMEOUT"])
+if os.environ.get("PGJOBS_BACKOFF_BASE"):
+    PGJOBS["BACKOFF_BASE"] = int(os.environ["PGJOBS_BACKOFF_BASE"])
 if os.environ.get("PGJOBS_LISTEN_DSN"):
     PGJOBS["LISTEN_DSN"] = os.environ["PGJOBS_LISTEN_DSN"]
 LOGGING = {

@@ -24,13 +24,26 @@ def test_s43_a_worker_whose_server_hangs_reconnects_to_the_next_host_and_drains(
     auth, _, location = rest.rpartition("@")
     hosts, _, name = location.partition("/")
     url = f"{scheme}://{auth}@127.0.0.1:{proxy.port},{hosts}/{name}?target_session_attrs=read-write"
-    Job.objects.enqueue_many([{"kind": "tests.record", "payload": {"sleep": 0.05}}] * 40)
+    # A claim whose answer the proxy held back has committed all the same on the server
+    # (the one behind the proxy is the one after it): its jobs wait out their lease, 3 s.
+    job = {"kind": "tests.record", "payload": {"sleep": 0.05}, "lease": 3}
+    Job.objects.enqueue_many([job] * 40)
     workers = Workers()
     try:
-        worker = workers.start("--concurrency", "2", extra_env={"DATABASE_URL": url})
+        # A 2 s guard (its connect_timeout too) takes the same path as the default 5 s,
+        # sooner; a run cut with its connection retries after 0.5-1 s, not 5-10.
+        worker = workers.start(
+            "--concurrency",
+            "2",
+            extra_env={
+                "DATABASE_URL": url,
+                "PGJOBS_HUNG_SERVER_TIMEOUT": "2",
+                "PGJOBS_BACKOFF_BASE": "1",
+            },
+        )
         wait_for(lambda: count("tests_note") >= 5, timeout=60, what="jobs run through the proxy")
         proxy.freeze()
-        Job.objects.enqueue_many([{"kind": "tests.record"}] * 20)
+        Job.objects.enqueue_many([{**job, "payload": {}}] * 20)
         wait_for(
             lambda: count() == 0,
             timeout=90,
