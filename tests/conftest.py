@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,9 @@ def postgres_url() -> Iterator[str]:
     try:
         yield server.url
     finally:
+        keep_log = os.environ.get("PGJOBS_EMBEDDED_LOG")  # CI shows it when a run fails
+        if keep_log:
+            shutil.copyfile(server.base / "server.log", keep_log)
         server.stop()
 
 
