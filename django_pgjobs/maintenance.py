@@ -16,9 +16,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
+from psycopg.errors import LockNotAvailable
 
-from django_pgjobs.conf import pgjobs_settings
+from django_pgjobs.conf import pgjobs_settings, seconds
 from django_pgjobs.models import (
     Batch,
     DeadJob,
@@ -42,6 +43,9 @@ class SweepResult:
     triggers_promoted: int = 0
     dead_pruned: int = 0
     done_pruned: int = 0
+    #: Partitions of the dead-letter table made ahead, and dropped whole (S44).
+    partitions_made: int = 0
+    partitions_dropped: int = 0
     #: False when another replica held the sweeper's turn and this sweep stopped early.
     complete: bool = True
 
@@ -54,6 +58,8 @@ class SweepResult:
             + self.triggers_promoted
             + self.dead_pruned
             + self.done_pruned
+            + self.partitions_made
+            + self.partitions_dropped
         )
 
     def __str__(self) -> str:
@@ -88,6 +94,8 @@ class Sweeper:
                 "triggers_promoted",
                 "dead_pruned",
                 "done_pruned",
+                "partitions_made",
+                "partitions_dropped",
             ),
             0,
         )
@@ -128,15 +136,47 @@ class Sweeper:
         def prune_cancel_requests() -> int:
             return Job.objects.prune_cancel_requests(limit, using=using)
 
-        def prune_dead_of(queue: str, retention_s: int) -> Callable[[], int]:
-            return lambda: DeadJob.objects.prune_in_queues([queue], retention_s, limit, using=using)
-
         configured = list(pgjobs_settings.QUEUES)
+        retentions = {
+            queue: pgjobs_settings.queue_options(queue).dead_retention_s for queue in configured
+        }
+        default_retention = pgjobs_settings.default_options().dead_retention_s
+        # The range partitions go whole once their letters are older than the longest
+        # retention (none while any queue keeps its letters forever); a shorter one is
+        # kept by deleting letters, as is every retention in the default partition.
+        kept = [*retentions.values(), default_retention]
+        horizon = None if None in kept else max(r for r in kept if r is not None)
+
+        def strays_only(retention_s: int) -> bool:
+            return horizon is not None and retention_s >= horizon
+
+        def prune_dead_of(queue: str, retention_s: int) -> Callable[[], int]:
+            return lambda: DeadJob.objects.prune_in_queues(
+                [queue], retention_s, limit, strays_only=strays_only(retention_s), using=using
+            )
 
         def prune_dead_elsewhere(retention_s: int) -> Callable[[], int]:
             return lambda: DeadJob.objects.prune_outside_queues(
-                configured, retention_s, limit, using=using
+                configured,
+                retention_s,
+                limit,
+                strays_only=strays_only(retention_s),
+                using=using,
             )
+
+        def make_partitions() -> int:
+            span = seconds(pgjobs_settings.DEAD_PARTITION_SPAN, "DEAD_PARTITION_SPAN")
+            made = self._partitions(lambda: DeadJob.objects.make_partitions(span, using=using))
+            counts["partitions_made"] += made
+            return made
+
+        def drop_partitions() -> int:
+            assert horizon is not None
+            dropped = self._partitions(
+                lambda: DeadJob.objects.drop_partitions(horizon, using=using)
+            )
+            counts["partitions_dropped"] += dropped
+            return dropped
 
         def prune_batches(retention_s: int) -> Callable[[], int]:
             return lambda: Batch.objects.prune(retention_s, limit, using=using)
@@ -151,11 +191,12 @@ class Sweeper:
             (None, prune_cancel_requests),
             (None, prune_workers),
         ]
-        for queue in configured:
-            retention = pgjobs_settings.queue_options(queue).dead_retention_s
+        passes.append((None, make_partitions))
+        if horizon is not None:
+            passes.append((None, drop_partitions))
+        for queue, retention in retentions.items():
             if retention is not None:
                 passes.append(("dead_pruned", prune_dead_of(queue, retention)))
-        default_retention = pgjobs_settings.default_options().dead_retention_s
         if default_retention is not None:
             passes.append(("dead_pruned", prune_dead_elsewhere(default_retention)))
             # An ended batch (S31) is kept as long as a dead letter of the default queue.
@@ -172,6 +213,24 @@ class Sweeper:
         if result.total:
             logger.info("sweep %s", result)
         return result
+
+    def _partitions(self, step: Callable[[], int]) -> int:
+        """Make or drop the dead-letter table's partitions (one statement, not batches);
+        a lock not had at once, or another failure, is logged and left to the next
+        sweep: meanwhile letters go to the default partition, which is pruned row by row."""
+        try:
+            return self._run_batch(step)
+        except _TurnTaken:
+            raise
+        except DatabaseError as error:
+            waited = isinstance(error.__cause__, LockNotAvailable)
+            logger.log(
+                logging.INFO if waited else logging.WARNING,
+                "the dead-letter partitions were left as they are (%s); the next sweep tries "
+                "again, and meanwhile new letters go to pgjobs_dead_default",
+                "a lock was not had at once" if waited else str(error).strip().splitlines()[0],
+            )
+            return 0
 
     def _drain(self, batch: Callable[[], int]) -> int:
         """Run `batch` until it handles less than a full batch; return the rows handled."""

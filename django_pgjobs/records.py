@@ -54,6 +54,17 @@ class RequeueResult(NamedTuple):
     merged: int
 
 
+class DeadPartition(NamedTuple):
+    """A partition of the dead-letter table (S44): its range (None: open on that side;
+    both None: the default partition), its letters (the planner's estimate) and size."""
+
+    name: str
+    lower: datetime | None
+    upper: datetime | None
+    letters: int
+    size_bytes: int
+
+
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     """A job as stored, from either table (S19). `state` is "dead" for a dead letter."""

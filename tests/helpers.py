@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,6 +42,21 @@ def row(job_id: int, *columns: str, table: str = "pgjobs_job") -> tuple[Any, ...
         json.loads(value) if name in JSON_COLUMNS and isinstance(value, str) else value
         for name, value in zip(columns, rows[0], strict=True)
     )
+
+
+def reads_index(plan: str, index: str) -> bool:
+    """Whether an EXPLAIN `plan` reads `index` or one of its partitions' indexes (the
+    dead-letter table's partitions each have their own, S44): an index scan ("using
+    <index> on") or a bitmap of it ("Bitmap Index Scan on <index>")."""
+    names = [index, *(name for (name,) in execute(PARTITION_INDEXES, [index]))]
+    alternatives = "|".join(re.escape(name) for name in names)
+    return re.search(rf"(using|Bitmap Index Scan on) ({alternatives})\b", plan) is not None
+
+
+PARTITION_INDEXES = """
+SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+WHERE i.inhparent = to_regclass(%s)
+"""
 
 
 def dead_row(job_id: int, *columns: str) -> tuple[Any, ...] | None:
@@ -149,7 +165,8 @@ def running_worker(**options: Any) -> Iterator[Any]:
     from django_pgjobs.worker import Worker
 
     options.setdefault("concurrency", 2)
-    worker = Worker(sweep_interval=0, **options)
+    options.setdefault("sweep_interval", 0)
+    worker = Worker(**options)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:

@@ -29,6 +29,13 @@ def record(ctx: JobHandle, label: str = "", sleep: float = 0) -> str:
     return label
 
 
+@job(name="tests.record_then_fail")
+def record_then_fail(ctx: JobHandle, label: str = "") -> None:
+    """Record this execution, then fail for good: a dead letter at once."""
+    _note(ctx, label)
+    raise Fail("recorded, then failed")
+
+
 @job(name="tests.fenced_record")
 def fenced_record(ctx: JobHandle, label: str = "", sleep: float = 0) -> None:
     """Sleep (the slow remote call), then write the result under the fence and ack."""

@@ -12,7 +12,7 @@ from django_pgjobs import options
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
 from django_pgjobs.managers import workflows
-from django_pgjobs.records import DeadLetter, RequeueResult
+from django_pgjobs.records import DeadLetter, DeadPartition, RequeueResult
 from django_pgjobs.states import DeadCategory
 
 if TYPE_CHECKING:
@@ -25,6 +25,11 @@ UNRECORDED_CATEGORY = "other"
 CATEGORY_FILTERS = (*DeadCategory.values, UNRECORDED_CATEGORY)
 #: The letters `requeue_matching` moves per transaction (as the admin's actions do).
 REQUEUE_BATCH = 1000
+#: The spans the sweeper makes the dead-letter table's partitions ahead (S44).
+PARTITIONS_AHEAD = 7
+#: How long making or dropping a partition waits for a lock before it leaves it to the
+#: next sweep: a reader holding the table delays the partitions, never the queue.
+PARTITION_LOCK_TIMEOUT = "1s"
 
 
 class DeadJobManager(models.Manager["DeadJob"]):
@@ -112,21 +117,64 @@ class DeadJobManager(models.Manager["DeadJob"]):
         return int(deleted)
 
     def prune_in_queues(
-        self, queues: Sequence[str], retention_s: float, limit: int, *, using: str | None = None
+        self,
+        queues: Sequence[str],
+        retention_s: float,
+        limit: int,
+        *,
+        strays_only: bool = False,
+        using: str | None = None,
     ) -> int:
-        """Delete up to `limit` dead letters of `queues` that died over `retention_s` ago."""
+        """Delete up to `limit` dead letters of `queues` that died over `retention_s` ago;
+        with `strays_only`, those of the default partition alone (the range partitions
+        are dropped whole, S44)."""
+        statement = sql.PRUNE_STRAY_DEAD_IN_QUEUES if strays_only else sql.PRUNE_DEAD_IN_QUEUES
         params = {"queues": list(queues), "retention_s": retention_s, "limit": limit}
-        ((pruned,),) = db.fetchall(sql.PRUNE_DEAD_IN_QUEUES, params, using)
+        ((pruned,),) = db.fetchall(statement, params, using)
         return int(pruned)
 
     def prune_outside_queues(
-        self, queues: Sequence[str], retention_s: float, limit: int, *, using: str | None = None
+        self,
+        queues: Sequence[str],
+        retention_s: float,
+        limit: int,
+        *,
+        strays_only: bool = False,
+        using: str | None = None,
     ) -> int:
         """Delete up to `limit` dead letters of queues other than `queues` that died over
-        `retention_s` ago: the default retention, for queues without their own."""
+        `retention_s` ago: the default retention, for queues without their own. With
+        `strays_only`, as `prune_in_queues`."""
+        statement = (
+            sql.PRUNE_STRAY_DEAD_OUTSIDE_QUEUES if strays_only else sql.PRUNE_DEAD_OUTSIDE_QUEUES
+        )
         params = {"queues": list(queues), "retention_s": retention_s, "limit": limit}
-        ((pruned,),) = db.fetchall(sql.PRUNE_DEAD_OUTSIDE_QUEUES, params, using)
+        ((pruned,),) = db.fetchall(statement, params, using)
         return int(pruned)
+
+    def make_partitions(
+        self, span_s: float, *, ahead: int = PARTITIONS_AHEAD, using: str | None = None
+    ) -> int:
+        """Make the partitions of the next `ahead` spans of `span_s` seconds (S44), moving
+        into them the default partition's letters of their ranges. Returns how many
+        were made. Raises OperationalError (lock_not_available) when a lock is not had
+        within PARTITION_LOCK_TIMEOUT: the next sweep tries again."""
+        params = {"span_s": span_s, "ahead": ahead, "lock_timeout": PARTITION_LOCK_TIMEOUT}
+        with db.atomic(using):
+            ((_, made),) = db.fetchall(sql.MAKE_DEAD_PARTITIONS, params, using)
+        return int(made)
+
+    def drop_partitions(self, horizon_s: float, *, using: str | None = None) -> int:
+        """Drop the range partitions whose letters all died over `horizon_s` ago, with
+        their letters' edges (S44). Returns how many. Raises as `make_partitions`."""
+        params = {"horizon_s": horizon_s, "lock_timeout": PARTITION_LOCK_TIMEOUT}
+        with db.atomic(using):
+            ((_, dropped),) = db.fetchall(sql.DROP_DEAD_PARTITIONS, params, using)
+        return int(dropped)
+
+    def partitions(self, *, using: str | None = None) -> list[DeadPartition]:
+        """The dead-letter table's partitions, oldest first, the default one last."""
+        return [DeadPartition(*row) for row in db.fetchall(sql.DEAD_PARTITIONS, {}, using)]
 
 
 def _letter_filters(kind: str | None, queue: str | None, category: str | None) -> dict[str, Any]:

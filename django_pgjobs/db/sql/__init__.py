@@ -14,6 +14,7 @@ from django_pgjobs.db.sql.claims import *  # noqa: F403
 from django_pgjobs.db.sql.claims import claim_jobs
 from django_pgjobs.db.sql.dead import *  # noqa: F403
 from django_pgjobs.db.sql.edges import *  # noqa: F403
+from django_pgjobs.db.sql.history import *  # noqa: F403
 from django_pgjobs.db.sql.jobs import *  # noqa: F403
 from django_pgjobs.db.sql.limits import *  # noqa: F403
 from django_pgjobs.db.sql.listen import *  # noqa: F403
@@ -28,6 +29,8 @@ from django_pgjobs.db.sql.workflows_0006 import *  # noqa: F403
 
 JOB_TABLE = "pgjobs_job"
 DEAD_TABLE = "pgjobs_dead"
+#: The partition of the dead letters no range partition takes (S44).
+DEAD_DEFAULT_PARTITION = "pgjobs_dead_default"
 
 #: Every statement, by name: the managers' whole vocabulary, read from what the modules
 #: above export, so that a statement module cannot be imported and left out of it.
@@ -37,4 +40,4 @@ STATEMENTS: dict[str, str] = {
     if name.isupper() and isinstance(value, str) and value.lstrip().startswith("--")
 }
 
-__all__ = ["DEAD_TABLE", "JOB_TABLE", "STATEMENTS", "claim_jobs"]
+__all__ = ["DEAD_DEFAULT_PARTITION", "DEAD_TABLE", "JOB_TABLE", "STATEMENTS", "claim_jobs"]

@@ -38,14 +38,17 @@ woke AS (
 SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
 """
 
-PRUNE_DEAD_IN_QUEUES = f"""
--- Delete up to %(limit)s dead letters of %(queues)s older than %(retention_s)s (S24),
+
+def _prune(table: str, letters: str, which: str) -> str:
+    return f"""
+-- Delete up to %(limit)s dead letters {letters}
+-- older than %(retention_s)s (S24), {which},
 -- and their edges (S29). Returns how many.
 WITH pruned AS (
-    DELETE FROM pgjobs_dead
-    WHERE id IN (
-        SELECT id FROM pgjobs_dead
-        WHERE queue = ANY(%(queues)s::text[])
+    DELETE FROM {table}
+    WHERE (id, died_at) IN (  -- died_at: each letter is looked for in its partition only
+        SELECT id, died_at FROM {table}
+        WHERE queue {{test}}
           AND died_at < now() - make_interval(secs => %(retention_s)s::float8)
         ORDER BY died_at
         LIMIT %(limit)s
@@ -57,25 +60,22 @@ WITH pruned AS (
 SELECT count(*) FROM pruned
 """
 
-PRUNE_DEAD_OUTSIDE_QUEUES = f"""
--- Delete up to %(limit)s dead letters of queues other than %(queues)s older than
--- %(retention_s)s (S24): the default retention, for queues without their own; and
--- their edges (S29). Returns how many.
-WITH pruned AS (
-    DELETE FROM pgjobs_dead
-    WHERE id IN (
-        SELECT id FROM pgjobs_dead
-        WHERE queue <> ALL(%(queues)s::text[])
-          AND died_at < now() - make_interval(secs => %(retention_s)s::float8)
-        ORDER BY died_at
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    )
-    RETURNING id, has_parents
-),
-{EDGES_OF_PRUNED}
-SELECT count(*) FROM pruned
-"""
+
+_WHOLE = "in every partition (a retention shorter than the longest, S44)"
+_STRAY = "in the default partition only: the range partitions go whole (S44)"
+_IN = "of %(queues)s"
+_OUTSIDE = "of queues other than %(queues)s (the default retention)"
+
+PRUNE_DEAD_IN_QUEUES = _prune("pgjobs_dead", _IN, _WHOLE).format(test="= ANY(%(queues)s::text[])")
+PRUNE_DEAD_OUTSIDE_QUEUES = _prune("pgjobs_dead", _OUTSIDE, _WHOLE).format(
+    test="<> ALL(%(queues)s::text[])"
+)
+PRUNE_STRAY_DEAD_IN_QUEUES = _prune("pgjobs_dead_default", _IN, _STRAY).format(
+    test="= ANY(%(queues)s::text[])"
+)
+PRUNE_STRAY_DEAD_OUTSIDE_QUEUES = _prune("pgjobs_dead_default", _OUTSIDE, _STRAY).format(
+    test="<> ALL(%(queues)s::text[])"
+)
 
 DELETE_DEAD_JOBS = f"""
 -- Delete the dead letters %(ids)s (the admin's delete), and their edges, as pruning

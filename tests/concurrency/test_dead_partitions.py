@@ -1,0 +1,197 @@
+"""S44: dead letters in time partitions, made ahead by the sweeper and dropped whole.
+
+The spans here are seconds (PGJOBS["DEAD_PARTITION_SPAN"]) so that a partition ages past
+its retention within a test; every range partition a test made is dropped after it."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connections
+from django.test import override_settings
+
+from django_pgjobs.maintenance import Sweeper
+from django_pgjobs.models import DeadJob, Job
+from tests.helpers import count, drain, execute, running_worker, scalar, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def no_range_partitions() -> Iterator[None]:
+    """No range partition before the test (another test's sweeps made days of them),
+    and none of the test's after it."""
+    drop_range_partitions()
+    yield
+    drop_range_partitions()
+
+
+def drop_range_partitions() -> None:
+    for partition in DeadJob.objects.partitions():
+        if partition.upper is not None:
+            execute(f'DROP TABLE "{partition.name}"')
+
+
+def pgjobs(**options: Any) -> Any:
+    from django.conf import settings
+
+    return override_settings(PGJOBS={**getattr(settings, "PGJOBS", {}), **options})
+
+
+def fail_jobs(n: int, queue: str = "default") -> list[int]:
+    """Enqueue `n` jobs that fail for good, and let a burst worker (no sweeps) run them
+    to their dead letters."""
+    ids = [
+        Job.objects.enqueue("tests.misbehave", {"how": "fail"}, queue=queue).id for _ in range(n)
+    ]
+    drain(queues=[queue])
+    assert count("pgjobs_dead", "id = ANY(%s)", [ids]) == n
+    return ids
+
+
+def partition_of(letter_id: int) -> str:
+    return str(
+        scalar("SELECT tableoid::regclass::text FROM pgjobs_dead WHERE id = %s", [letter_id])
+    )
+
+
+def test_s44_partitions_are_made_ahead_and_take_the_letters_of_their_span() -> None:
+    with pgjobs(DEAD_PARTITION_SPAN=60):
+        early = fail_jobs(2)  # before any partition: the default one takes them
+        assert {partition_of(i) for i in early} == {"pgjobs_dead_default"}
+
+        result = Sweeper().run_once()
+        assert result.partitions_made in (7, 8)  # from this span's start to 7 spans ahead
+        ranges = [p for p in DeadJob.objects.partitions() if p.upper is not None]
+        assert ranges[-1].upper is not None and ranges[0].lower is not None
+        reach = scalar("SELECT extract(epoch FROM %s - now())", [ranges[-1].upper])
+        assert 6 * 60 <= reach <= 8 * 60
+        for lower, upper in itertools.pairwise(ranges):
+            assert lower.upper == upper.lower  # contiguous, no overlap
+
+        # The letters of a new partition's span moved into it; later letters land in
+        # theirs, and the sweeper makes no partition twice.
+        later = fail_jobs(1)
+        for letter in [*early, *later]:
+            died = scalar("SELECT died_at FROM pgjobs_dead WHERE id = %s", [letter])
+            home = next((p.name for p in ranges if p.lower <= died < p.upper), None)
+            assert partition_of(letter) == (home or "pgjobs_dead_default")
+        assert partition_of(later[0]) != "pgjobs_dead_default"
+        assert Sweeper().run_once().partitions_made == 0
+        assert count("pgjobs_dead") == 3
+
+
+def test_s44_letters_go_whole_with_their_partition_past_the_longest_retention() -> None:
+    with pgjobs(
+        DEAD_PARTITION_SPAN=1,
+        DEAD_RETENTION=2,
+        QUEUES={"brief": {"DEAD_RETENTION": 1}},
+    ):
+        Sweeper().run_once()
+        old = fail_jobs(3)
+        brief = fail_jobs(2, queue="brief")
+        parent = Job.objects.enqueue("tests.noop").id
+        # A letter with an edge to its parent (S29): the edge goes with the partition.
+        execute("UPDATE pgjobs_dead SET has_parents = true WHERE id = %s", [old[0]])
+        execute(
+            "INSERT INTO pgjobs_dependency (child_id, parent_id, on_failure) "
+            "VALUES (%s, %s, 'cancel')",
+            [old[0], parent],
+        )
+        time.sleep(1.2)
+        # The brief queue's letters (1 s, shorter than the longest) are deleted row by
+        # row; the others wait for their partition to end 2 s ago.
+        first = Sweeper().run_once()
+        assert first.dead_pruned == 2 and first.partitions_dropped == 0
+        assert count("pgjobs_dead") == 3
+        time.sleep(2.0)
+        young = fail_jobs(1)
+        second = Sweeper().run_once()
+        assert second.partitions_dropped >= 1 and second.dead_pruned == 0
+        assert [r[0] for r in execute("SELECT id FROM pgjobs_dead")] == young
+        assert count("pgjobs_dependency") == 0
+        assert not set(old + brief) & {r[0] for r in execute("SELECT id FROM pgjobs_dead")}
+        # Nothing dropped is waiting to be deleted: no dead row in what is left.
+        assert scalar("SELECT count(*) FROM pgjobs_dead_default") == 0
+
+
+def test_s44_no_partition_is_dropped_while_a_queue_keeps_its_letters_forever() -> None:
+    with pgjobs(
+        DEAD_PARTITION_SPAN=1,
+        DEAD_RETENTION=1,
+        QUEUES={"archive": {"DEAD_RETENTION": None}},
+    ):
+        Sweeper().run_once()
+        kept = fail_jobs(1, queue="archive")
+        gone = fail_jobs(1)
+        time.sleep(2.2)
+        result = Sweeper().run_once()
+        assert result.partitions_dropped == 0 and result.dead_pruned == 1
+        assert [r[0] for r in execute("SELECT id FROM pgjobs_dead")] == kept
+        assert gone
+
+
+def test_s44_a_letter_written_by_hand_outside_every_range_lands_in_the_default_one() -> None:
+    with pgjobs(DEAD_PARTITION_SPAN=60, DEAD_RETENTION=3600):
+        Sweeper().run_once()
+        (letter,) = fail_jobs(1)
+        for moved_to in ("now() + interval '10 years'", "now() - interval '10 years'"):
+            execute(f"UPDATE pgjobs_dead SET died_at = {moved_to} WHERE id = %s", [letter])
+            assert partition_of(letter) == "pgjobs_dead_default"
+        # Older than the retention, it is pruned from there, row by row (S24).
+        assert Sweeper().run_once().dead_pruned == 1
+        assert count("pgjobs_dead") == 0
+
+
+def test_s44_retention_drops_partitions_under_a_running_drain() -> None:
+    """A worker runs jobs, half of them to a dead letter, and its own sweeps make and
+    drop partitions, while a producer enqueues and a reader lists the letters: every job
+    ran once, no statement failed, and the letters that are gone are the oldest."""
+    with pgjobs(DEAD_PARTITION_SPAN=1, DEAD_RETENTION=2):
+        stop = threading.Event()
+        failures: list[BaseException] = []
+        enqueued: dict[int, str] = {}
+
+        def produce() -> None:
+            try:
+                while not stop.is_set():
+                    for kind in ("tests.record_then_fail", "tests.record"):
+                        enqueued[Job.objects.enqueue(kind, {"label": "x"}).id] = kind
+                    time.sleep(0.01)
+            except BaseException as error:
+                failures.append(error)
+            finally:
+                connections.close_all()
+
+        def read() -> None:
+            try:
+                while not stop.is_set():
+                    DeadJob.objects.letters(limit=50)
+                    time.sleep(0.01)
+            except BaseException as error:
+                failures.append(error)
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=produce), threading.Thread(target=read)]
+        with running_worker(concurrency=4, sweep_interval=0.3, poll_interval=0.05):
+            for thread in threads:
+                thread.start()
+            time.sleep(5)
+            stop.set()
+            for thread in threads:
+                thread.join(10)
+            wait_until(lambda: count("pgjobs_job") == 0, timeout=30)
+        assert not failures, failures
+        ran = [r[0] for r in execute("SELECT job_id FROM tests_note ORDER BY job_id")]
+        assert ran == sorted(enqueued)  # each job once, none lost
+        failed = sorted(i for i, kind in enqueued.items() if kind == "tests.record_then_fail")
+        kept = [r[0] for r in execute("SELECT id FROM pgjobs_dead ORDER BY died_at, id")]
+        assert kept and len(kept) < len(failed)  # some went with their partitions
+        assert set(kept) <= set(failed)
+        assert failed[0] not in kept  # the first to die went with the first partitions
