@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from bench.models import Stamp
-from django_pgjobs import job
+from django_pgjobs import Fail, job
 from django_pgjobs.chaos.poison import act
 from django_pgjobs.claims import JobHandle
 
@@ -101,3 +101,9 @@ def keyed(tenant: int) -> None:
 def noop_atomic(**payload: Any) -> None:
     """Nothing, in transaction mode (S21): the handler runs inside the claim's
     transaction, which its ack commits (the capacity benchmark's third case)."""
+
+
+@job(name="bench.fail")
+def fail(**payload: Any) -> None:
+    """Fail for good at once: a dead letter (the history benchmark's drain)."""
+    raise Fail("a dead letter for the history benchmark")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench import capacity, console, long, many_workers, plans, pressure, wake, workflows
+from bench import capacity, console, history, long, many_workers, plans, pressure, wake, workflows
 from bench.harness import WORKER_APP_NAME, Database, Figure, WorkerProcess, stop_all, wait_for
 
 
@@ -43,6 +43,8 @@ class Sizes:
     counts_rows: int = 1_000_000
     counts_samples: int = 50
     console_rows: int = 10_000_000
+    history_letters: int = 10_000_000
+    history_drain: int = 50_000
     console_batch: int = 100_000
     capacity_jobs: int = 20_000
     poison_ordinary: int = 10_000
@@ -89,6 +91,8 @@ SMOKE = Sizes(
     counts_rows=5_000,
     counts_samples=5,
     console_rows=5_000,
+    history_letters=20_000,
+    history_drain=1_000,
     console_batch=500,
     capacity_jobs=500,
     poison_ordinary=500,
@@ -863,4 +867,5 @@ BENCHMARKS: dict[str, Callable[[Database, Sizes], list[Figure]]] = {
     "pooled_sweep": many_workers.pooled_sweep,
     "pressure": pressure.pressure,
     "capacity": capacity.capacity,
+    "history": history.history,
 }

@@ -43,7 +43,8 @@ class SweepResult:
     triggers_promoted: int = 0
     dead_pruned: int = 0
     done_pruned: int = 0
-    #: Partitions of the dead-letter table made ahead, and dropped whole (S44).
+    #: Partitions of the dead-letter table made ahead, and dropped whole (S44); not rows,
+    #: so not in `total`.
     partitions_made: int = 0
     partitions_dropped: int = 0
     #: False when another replica held the sweeper's turn and this sweep stopped early.
@@ -58,8 +59,6 @@ class SweepResult:
             + self.triggers_promoted
             + self.dead_pruned
             + self.done_pruned
-            + self.partitions_made
-            + self.partitions_dropped
         )
 
     def __str__(self) -> str:
@@ -210,7 +209,7 @@ class Sweeper:
         except _TurnTaken:
             complete = False
         result = SweepResult(**counts, complete=complete)
-        if result.total:
+        if result.total or result.partitions_made or result.partitions_dropped:
             logger.info("sweep %s", result)
         return result
 

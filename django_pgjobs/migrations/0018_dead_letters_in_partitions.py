@@ -16,12 +16,10 @@ Not reversible: going back means copying every letter into a plain table.
 
 import time
 
-from django.db import migrations, transaction
+from django.db import DatabaseError, migrations, transaction
 from psycopg import errors
-from psycopg import sql as pgsql
 
-from django_pgjobs.db.sql import dead_0018 as steps
-from django_pgjobs.db.sql.history import PARTITION_FUNCTIONS
+from django_pgjobs.db.sql import dead_0018 as sql
 
 #: Tries of the switch, each waiting at most LOCK_TIMEOUT for the table's lock.
 SWITCH_TRIES = 30
@@ -31,65 +29,51 @@ LOCK_TIMEOUT = "2s"
 def partition(apps, schema_editor):
     connection = schema_editor.connection
     with connection.cursor() as cursor:
-        cursor.execute(steps.DEAD_IS_PARTITIONED)
+        cursor.execute(sql.DEAD_IS_PARTITIONED)
         if cursor.fetchone()[0]:
             return
-        cursor.execute(steps.DEAD_CUTOVER)
-        cutover = pgsql.Literal(cursor.fetchone()[0])
-        cursor.execute(steps.OLD_LETTERS_BOUNDED)
-        if not cursor.fetchone()[0]:
-            _with_lock_retries(
-                connection, lambda: cursor.execute(_compose(steps.BOUND_OLD_LETTERS, cutover))
-            )
-        else:  # a run stopped after the bound: keep its cutover
-            cursor.execute(steps.OLD_LETTERS_CUTOVER)
-            cutover = pgsql.Literal(cursor.fetchone()[0])
-        cursor.execute(steps.VALIDATE_OLD_LETTERS)
-        cursor.execute(steps.DROP_INVALID_LETTER_INDEX)
-        cursor.execute(steps.INDEX_OLD_LETTERS)
+        cursor.execute(sql.OLD_LETTERS_BOUNDED)
+        if not cursor.fetchone()[0]:  # else a run stopped after it: keep its cutover
+            _with_lock_retries(connection, lambda: cursor.execute(sql.BOUND_OLD_LETTERS))
+        cursor.execute(sql.VALIDATE_OLD_LETTERS)
+        cursor.execute(sql.DROP_INVALID_LETTER_INDEX)
+        cursor.execute(sql.INDEX_OLD_LETTERS)
 
     DeadJob = apps.get_model("django_pgjobs", "DeadJob")
 
     def switch():
         with connection.cursor() as cursor:
-            cursor.execute(steps.SET_OLD_LETTERS_ASIDE)
+            cursor.execute(sql.SET_OLD_LETTERS_ASIDE)
             for index in DeadJob._meta.indexes:
                 schema_editor.add_index(DeadJob, index)
-            cursor.execute(steps.OLD_LETTERS_KEPT)
+            cursor.execute(sql.OLD_LETTERS_KEPT)
             if cursor.fetchone()[0]:
-                cursor.execute(_compose(steps.ATTACH_OLD_LETTERS, cutover))
+                cursor.execute(sql.ATTACH_OLD_LETTERS)
             else:
-                cursor.execute(steps.DROP_OLD_LETTERS)
-            cursor.execute(steps.MAKE_DEFAULT_PARTITION)
-            cursor.execute(PARTITION_FUNCTIONS)
+                cursor.execute(sql.DROP_OLD_LETTERS)
+            cursor.execute(sql.MAKE_DEFAULT_PARTITION)
+            cursor.execute(sql.PARTITION_FUNCTIONS)
 
     _with_lock_retries(connection, switch)
 
 
-def _compose(template, cutover):
-    return pgsql.SQL(template).format(cutover=cutover)
-
-
 def _with_lock_retries(connection, step):
-    """Run `step`, again while it gives up on a lock (the lock_timeout of its own
-    transaction): a long reader of the table delays the migration, never the queue."""
+    """Run `step` in a transaction of its own, again while it gives up on a lock (its
+    lock_timeout): a long reader of the table delays the migration, never the queue."""
     for attempt in range(SWITCH_TRIES):
         try:
-            if connection.in_atomic_block:
-                return step()
             with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-                cursor.execute(steps.SET_MIGRATION_LOCK_TIMEOUT, {"timeout": LOCK_TIMEOUT})
+                cursor.execute(sql.SET_MIGRATION_LOCK_TIMEOUT, {"timeout": LOCK_TIMEOUT})
                 return step()
-        except Exception as error:
-            cause = getattr(error, "__cause__", None)
-            if not isinstance(cause, errors.LockNotAvailable) or attempt + 1 == SWITCH_TRIES:
-                if isinstance(cause, errors.LockNotAvailable):
-                    raise RuntimeError(
-                        "migration 0018 could not take pgjobs_dead's lock for a moment in "
-                        f"{SWITCH_TRIES} tries of {LOCK_TIMEOUT}: a transaction holds the "
-                        "table (see pg_locks); end it and run migrate again"
-                    ) from error
+        except DatabaseError as error:
+            if not isinstance(error.__cause__, errors.LockNotAvailable):
                 raise
+            if attempt + 1 == SWITCH_TRIES:
+                raise RuntimeError(
+                    "migration 0018 could not take pgjobs_dead's lock for a moment in "
+                    f"{SWITCH_TRIES} tries of {LOCK_TIMEOUT}: a transaction holds the "
+                    "table (see pg_locks); end it and run migrate again"
+                ) from error
             time.sleep(1)
     return None
 

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from django.db import connections
 from django.test import override_settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from django_pgjobs.maintenance import Sweeper
 from django_pgjobs.models import DeadJob, Job
@@ -195,3 +197,42 @@ def test_s44_retention_drops_partitions_under_a_running_drain() -> None:
         assert kept and len(kept) < len(failed)  # some went with their partitions
         assert set(kept) <= set(failed)
         assert failed[0] not in kept  # the first to die went with the first partitions
+
+
+#: Where a hand can put a letter: any instant PostgreSQL takes, its infinities included.
+HAND_EDITED_DEATHS = st.one_of(
+    st.sampled_from(["infinity", "-infinity"]),
+    st.integers(min_value=-(10**11), max_value=10**11)
+    # not within two minutes of the retention, where the test's clock and the sweep's differ
+    .filter(lambda seconds: abs(seconds + 86_400) > 120)
+    .map(lambda seconds: f"{seconds} seconds"),  # from now: three millennia either way
+)
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(deaths=st.lists(HAND_EDITED_DEATHS, min_size=1, max_size=4))
+def test_s44_letters_edited_to_any_instant_are_kept_or_pruned_by_their_age(
+    deaths: list[str],
+) -> None:
+    """However a hand moves letters in time, the sweeper makes and drops partitions
+    without an error and keeps exactly the letters younger than the retention."""
+    execute("DELETE FROM pgjobs_dead")
+    with pgjobs(DEAD_PARTITION_SPAN=3600, DEAD_RETENTION=86_400):
+        ids = fail_jobs(len(deaths))
+        for letter, death in zip(ids, deaths, strict=True):
+            if "infinity" in death:
+                moved, params = "%s::timestamptz", [death, letter]
+            else:
+                moved, params = "now() + %s::interval", [death, letter]
+            execute(f"UPDATE pgjobs_dead SET died_at = {moved} WHERE id = %s", params)
+        young = {
+            r[0]
+            for r in execute("SELECT id FROM pgjobs_dead WHERE died_at >= now() - interval '1 day'")
+        }
+        result = Sweeper().run_once()
+        assert {r[0] for r in execute("SELECT id FROM pgjobs_dead")} == young
+        assert result.dead_pruned + len(young) == len(ids)

@@ -4,35 +4,31 @@ the migration, which says in what order."""
 
 from __future__ import annotations
 
+# The migration installs the partition functions as the queue runs them.
+from django_pgjobs.db.sql.history import PARTITION_FUNCTIONS  # noqa: F401
+
 DEAD_IS_PARTITIONED = """
 -- Whether pgjobs_dead is partitioned already (migration 0018 ran, or ran in part).
 SELECT relkind = 'p' FROM pg_class WHERE oid = 'pgjobs_dead'::regclass
 """
 
-DEAD_CUTOVER = """
--- The end of the range the letters of the table as it was (pgjobs_dead_before) keep
--- (S44): far enough ahead that no letter written while the migration runs passes it.
-SELECT (date_trunc('hour', now()) + interval '2 hours')::text
-"""
-
 BOUND_OLD_LETTERS = """
--- Promise, from now on, that every letter of the old table died before {cutover}: no
--- scan (NOT VALID), a moment's lock; VALIDATE_OLD_LETTERS then checks the letters kept.
-ALTER TABLE pgjobs_dead ADD CONSTRAINT pgjobs_dead_before_bound
-    CHECK (died_at < {cutover}) NOT VALID
+-- Promise, from now on, that every letter of the old table died before a cutover two
+-- hours ahead (no letter written while the migration runs passes it): no scan (NOT
+-- VALID), a moment's lock; VALIDATE_OLD_LETTERS then checks the letters kept.
+DO $$
+BEGIN
+    EXECUTE format('ALTER TABLE pgjobs_dead ADD CONSTRAINT pgjobs_dead_before_bound'
+                   ' CHECK (died_at < %L) NOT VALID',
+                   date_trunc('hour', now()) + interval '2 hours');
+END
+$$
 """
 
 OLD_LETTERS_BOUNDED = """
 -- Whether the old table's bound is there already (a migration run again after a stop).
 SELECT EXISTS (SELECT 1 FROM pg_constraint
                WHERE conrelid = 'pgjobs_dead'::regclass AND conname = 'pgjobs_dead_before_bound')
-"""
-
-OLD_LETTERS_CUTOVER = """
--- The cutover a stopped run of the migration promised the old letters.
-SELECT substring(pg_get_constraintdef(oid) FROM '< ''([^'']*)''')
-FROM pg_constraint
-WHERE conrelid = 'pgjobs_dead'::regclass AND conname = 'pgjobs_dead_before_bound'
 """
 
 VALIDATE_OLD_LETTERS = """
@@ -70,7 +66,6 @@ SELECT set_config('lock_timeout', %(timeout)s, true)
 SET_OLD_LETTERS_ASIDE = """
 -- Take the old table, rename it and its indexes and statistics (pgjobs_dead_before...),
 -- and make the partitioned table in its place, with its columns, defaults and checks.
--- Returns whether the old table holds any letter.
 LOCK TABLE pgjobs_dead IN ACCESS EXCLUSIVE MODE;
 DO $$
 DECLARE
@@ -104,10 +99,18 @@ SELECT EXISTS (SELECT 1 FROM pgjobs_dead_before)
 """
 
 ATTACH_OLD_LETTERS = """
--- Keep the old letters as the range before {cutover}: their bound is validated, so
--- nothing is read, and their indexes are adopted as the partitioned table's.
-ALTER TABLE pgjobs_dead ATTACH PARTITION pgjobs_dead_before
-    FOR VALUES FROM (MINVALUE) TO ({cutover})
+-- Keep the old letters as the range before their cutover, read from their bound, which
+-- is validated (so no row is read); their indexes are adopted as the partitioned table's.
+DO $$
+BEGIN
+    EXECUTE format('ALTER TABLE pgjobs_dead ATTACH PARTITION pgjobs_dead_before'
+                   ' FOR VALUES FROM (MINVALUE) TO (%L)',
+                   (SELECT substring(pg_get_constraintdef(oid) FROM '< ''([^'']*)''')
+                    FROM pg_constraint
+                    WHERE conrelid = 'pgjobs_dead_before'::regclass
+                      AND conname = 'pgjobs_dead_before_bound'));
+END
+$$
 """
 
 DROP_OLD_LETTERS = """

@@ -44,6 +44,9 @@ PARTITION_FUNCTIONS = f"""
 CREATE OR REPLACE FUNCTION pgjobs_make_dead_partitions(span interval, ahead integer)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
+-- As the table's owner (who ran the migration): a worker's role that may only read and
+-- write rows still makes and drops them. Its names are the migration's schema's.
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $body$
 -- Make the partitions that take the letters of the next `ahead` spans, each `span` long
 -- and aligned on the epoch, from the end of the last one made (or this span's start,
@@ -86,6 +89,9 @@ $body$;
 CREATE OR REPLACE FUNCTION pgjobs_drop_dead_partitions(horizon interval)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
+-- As the table's owner (who ran the migration): a worker's role that may only read and
+-- write rows still makes and drops them. Its names are the migration's schema's.
+SECURITY DEFINER SET search_path FROM CURRENT
 AS $body$
 -- Drop every range partition whose letters all died more than `horizon` ago, and the
 -- edges of its letters (S29), as pruning deletes them. Returns how many were dropped.

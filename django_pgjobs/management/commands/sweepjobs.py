@@ -53,7 +53,9 @@ class Command(BaseCommand):
                         f"expired {result.expired}, lapsed claims requeued "
                         f"{result.lapsed_requeued} and dead-lettered {result.lapsed_dead}, "
                         f"promoted triggers {result.triggers_promoted}, "
-                        f"pruned done {result.done_pruned}, pruned dead {result.dead_pruned}"
+                        f"pruned done {result.done_pruned}, pruned dead {result.dead_pruned}, "
+                        f"dead-letter partitions made {result.partitions_made} and dropped "
+                        f"{result.partitions_dropped}"
                     )
             if not options["loop"] or stop.wait(options["interval"]):
                 return
