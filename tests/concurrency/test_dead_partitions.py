@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connections
 from django.test import override_settings
@@ -19,7 +20,15 @@ from hypothesis import strategies as st
 
 from django_pgjobs.maintenance import Sweeper
 from django_pgjobs.models import DeadJob, Job
-from tests.helpers import count, drain, execute, running_worker, scalar, wait_until
+from tests.helpers import (
+    count,
+    drain,
+    execute,
+    other_connection,
+    running_worker,
+    scalar,
+    wait_until,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,7 +45,7 @@ def no_range_partitions() -> Iterator[None]:
 def drop_range_partitions() -> None:
     for partition in DeadJob.objects.partitions():
         if partition.upper is not None:
-            execute(f'DROP TABLE "{partition.name}"')
+            execute(f'DROP TABLE IF EXISTS "{partition.name}"')
 
 
 def pgjobs(**options: Any) -> Any:
@@ -236,3 +245,51 @@ def test_s44_letters_edited_to_any_instant_are_kept_or_pruned_by_their_age(
         result = Sweeper().run_once()
         assert {r[0] for r in execute("SELECT id FROM pgjobs_dead")} == young
         assert result.dead_pruned + len(young) == len(ids)
+
+
+def test_s44_letters_written_while_their_range_is_attached_are_neither_refused_nor_lost() -> None:
+    """A statement that began before its letter's range was attached routes the letter to
+    the default partition; once the range is attached that insert would fail ("violates
+    partition constraint") unless writers wait while a range being written to is
+    attached. Here the current span's range is dropped and made again, over and over,
+    while a writer adds letters of that span."""
+    stop = threading.Event()
+    written: list[int] = []
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        with other_connection() as conn:
+            letter = 10**9
+            while not stop.is_set():
+                letter += 1
+                try:
+                    conn.execute(
+                        "INSERT INTO pgjobs_dead (id, queue, kind, max_attempts, lease_s, "
+                        "reason, category) VALUES (%s, 'w', 'k', 1, 30, 'failed', 'failed')",
+                        [letter],
+                    )
+                except psycopg.Error as error:
+                    failures.append(error)
+                    return
+                written.append(letter)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    set_aside = []
+    try:
+        for round_ in range(30):
+            for partition in DeadJob.objects.partitions():  # detached, letters and all
+                if partition.upper is not None:
+                    execute(f'ALTER TABLE pgjobs_dead DETACH PARTITION "{partition.name}"')
+                    execute(f'ALTER TABLE "{partition.name}" RENAME TO "set_aside_{round_}"')
+                    set_aside.append(f"set_aside_{round_}")
+            assert DeadJob.objects.make_partitions(3600, ahead=0) == 1
+    finally:
+        stop.set()
+        writer.join(10)
+        kept = sum(count(table, "queue = 'w'") for table in set_aside)
+        for table in set_aside:
+            execute(f'DROP TABLE "{table}"')
+    assert not failures, failures
+    assert len(written) > 0
+    assert count("pgjobs_dead", "queue = 'w'") + kept == len(written)

@@ -59,6 +59,7 @@ DECLARE
     upper timestamptz;
     part text;
     made integer := 0;
+    held boolean := false;
 BEGIN
     IF step < 1 THEN
         RAISE EXCEPTION 'a dead-letter partition spans at least a second, not %', span;
@@ -69,6 +70,13 @@ BEGIN
                                           * step));
     WHILE lower < upto LOOP
         upper := to_timestamp((floor(extract(epoch FROM lower) / step) + 1) * step);
+        IF lower <= clock_timestamp() AND NOT held THEN
+            -- A statement that began before this range was attached routes a letter of
+            -- it to the default partition, and fails once it is: while a range letters
+            -- are being written to is attached, writers of letters wait (a moment).
+            LOCK TABLE pgjobs_dead IN SHARE ROW EXCLUSIVE MODE;
+            held := true;
+        END IF;
         part := 'pgjobs_dead_p' || to_char(lower AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MISS');
         EXECUTE format('CREATE TABLE %I (LIKE pgjobs_dead INCLUDING DEFAULTS'
                        ' INCLUDING CONSTRAINTS)', part);
@@ -77,7 +85,7 @@ BEGIN
                        ' INSERT INTO %I SELECT * FROM moved', lower, upper, part);
         EXECUTE format('ALTER TABLE pgjobs_dead ATTACH PARTITION %I'
                        ' FOR VALUES FROM (%L) TO (%L)', part, lower, upper);
-        EXECUTE format('CREATE STATISTICS %I (mcv) ON queue, category FROM %I',
+        EXECUTE format('CREATE STATISTICS IF NOT EXISTS %I (mcv) ON queue, category FROM %I',
                        part || '_queue_category', part);
         made := made + 1;
         lower := upper;
