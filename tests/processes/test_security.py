@@ -151,7 +151,7 @@ def test_a_worker_and_the_admin_run_under_the_documented_least_privilege_role(
 ) -> None:
     for partition in DeadJob.objects.partitions():  # its sweeps make the dead letters'
         if partition.upper is not None:
-            execute(f'DROP TABLE "{partition.name}"')
+            execute(f'DROP TABLE IF EXISTS "{partition.name}"')
     done = Job.objects.enqueue("tests.plain", {"value": 4}, result_retention=60).id
     doomed = Job.objects.enqueue("tests.misbehave", {"how": "fail"}).id
     worker = workers.start(
@@ -160,7 +160,7 @@ def test_a_worker_and_the_admin_run_under_the_documented_least_privilege_role(
     assert worker.wait(60) == 0, worker.output()
     # The sweeper makes the dead-letter table's partitions as its owner (S44).
     swept = manage_py({**suite_env(), "DATABASE_URL": least_privileged_url}, "sweepjobs")
-    assert re.search(r"partitions made [78] and dropped 0", swept), swept
+    assert re.search(r"partitions made [1-9][0-9]* and dropped 0", swept), swept
     assert any(partition.upper is not None for partition in DeadJob.objects.partitions())
     assert row(done, "state", "result") == ("done", 8)
     assert dead_row(doomed, "reason") == ("hopeless",)
