@@ -1,12 +1,14 @@
 """The dead-letter history at size (issue 30, S44): `history_letters` letters spread over
-30 days of daily partitions; what retention costs when it drops a day's partition and
-when it deletes a day's letters row by row (as before S44, and still for the default
-partition and shorter retentions); the console's dead-letter pages; and drains beside
-the letters (of jobs that succeed, and of jobs that all become letters) against the
-same drains with no letter at all."""
+30 days, in partitions of PGJOBS["DEAD_PARTITION_SPAN"] as a month of sweeps leaves
+them; what retention costs when it drops a partition and when it deletes a partition's
+letters row by row (as before S44, and still for the default partition and shorter
+retentions); the console's dead-letter pages; and drains beside the letters (of jobs
+that succeed, and of jobs that all become letters) against the same drains with no
+letter, taken before the letters were written and after they were gone."""
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import sys
@@ -26,10 +28,12 @@ FILL_CHUNK = 1_000_000
 ID_BASE = 10**11
 SAMPLES = 20
 
+#: A partition `k` spans back from the start of the current span (as the sweeper aligns
+#: them: on the epoch), `span` seconds each.
 PAST_PARTITION = """
-CREATE TABLE pgjobs_dead_bench_{day} PARTITION OF pgjobs_dead
-    FOR VALUES FROM (date_trunc('day', now()) - interval '{day} days')
-                 TO (date_trunc('day', now()) - interval '{later} days')
+CREATE TABLE pgjobs_dead_bench_{k} PARTITION OF pgjobs_dead
+    FOR VALUES FROM (to_timestamp((floor(extract(epoch FROM now()) / {span}) - {k}) * {span}))
+                 TO (to_timestamp((floor(extract(epoch FROM now()) / {span}) - {k} + 1) * {span}))
 """
 
 FILL = """
@@ -52,34 +56,38 @@ def history(database: Database, sizes: Sizes) -> list[Figure]:
 
     n = sizes.history_letters
     database.reset_jobs()
-    empty = _drains(database, sizes)
+    empty_before = _drains(database, sizes)
     _fill(database, n)
     figures: list[Figure] = []
-    per_day = n // DAYS
+    ranges = [p for p in DeadJob.objects.partitions() if p.upper is not None]
+    # The oldest partition that holds letters (those before it, if any, go with it).
+    at = next(
+        i for i, p in enumerate(ranges) if DeadJob.objects.filter(died_at__lt=p.upper).exists()
+    )
+    oldest, following = ranges[at], ranges[at + 1]
+    in_oldest = DeadJob.objects.filter(died_at__lt=oldest.upper).count()
 
-    # Retention, whole: the oldest day's partition goes (its upper bound is 29 days ago).
+    # Retention, whole (S44): the oldest partition goes, and nothing else.
     load = os.getloadavg()[0]
     started = time.perf_counter()
-    dropped = DeadJob.objects.drop_partitions((DAYS - 1) * DAY_S + 60)
+    dropped = DeadJob.objects.drop_partitions(_seconds_since(database, oldest.upper))
     drop_ms = (time.perf_counter() - started) * 1000
     figures.append(
         Figure(
             "history",
-            f"retention: drop a day's partition ({per_day:,} letters, {n:,} in all)",
+            f"retention: drop a partition ({in_oldest:,} letters; {n:,} in "
+            f"{len(ranges)} partitions)",
             drop_ms,
             "ms",
             details={"partitions": dropped, "load_1min": round(load, 1)},
         )
     )
 
-    # Retention, row by row (before S44): the next day's letters, in the sweeper's batches.
+    # Retention, row by row (before S44): the next partition's letters, in the sweeper's
+    # batches, and the dead rows they leave for VACUUM.
     from django_pgjobs.conf import pgjobs_settings
 
-    with database.connect() as conn:
-        (into_today,) = conn.execute(
-            "SELECT extract(epoch FROM now() - date_trunc('day', now()))"
-        ).fetchone()
-    retention_s = (DAYS - 2) * DAY_S + float(into_today)  # the letters of 29 days ago
+    retention_s = _seconds_since(database, following.upper)
     load = os.getloadavg()[0]
     started = time.perf_counter()
     deleted = 0
@@ -98,7 +106,7 @@ def history(database: Database, sizes: Sizes) -> list[Figure]:
     figures.append(
         Figure(
             "history",
-            f"retention: delete a day's letters row by row ({deleted:,} letters)",
+            f"retention: delete a partition's letters row by row ({deleted:,} letters)",
             delete_s * 1000,
             "ms",
             details={
@@ -109,20 +117,27 @@ def history(database: Database, sizes: Sizes) -> list[Figure]:
             },
         )
     )
+    left = n - in_oldest - deleted
+    partitions = len(ranges) - dropped
 
-    figures += _pages(n)
+    figures += _pages(left, partitions)
     beside = _drains(database, sizes)
+    database.reset_jobs()  # no letter: the same drains again, after
+    empty_after = _drains(database, sizes)
     for name, rate in beside.items():
+        empty = (empty_before[name] + empty_after[name]) / 2
         figures.append(
             Figure(
                 "history",
-                f"{name} beside {n - per_day * 2:,} letters in {DAYS} partitions",
+                f"{name} beside {left:,} letters in {partitions} partitions",
                 rate,
                 "jobs/s",
-                ceiling=empty[name],
+                ceiling=empty,
                 target=">= 95% of the same drain with no letter",
-                met=rate >= 0.95 * empty[name],
-                details={"with_no_letter": empty[name]},
+                met=rate >= 0.95 * empty,
+                details={
+                    "with_no_letter_before_and_after": [empty_before[name], empty_after[name]]
+                },
             )
         )
     database.reset_jobs()
@@ -136,14 +151,16 @@ def history(database: Database, sizes: Sizes) -> list[Figure]:
 
 
 def _fill(database: Database, n: int) -> None:
-    """Daily partitions for the last 30 days (what a month of sweeps leaves), the
-    sweeper's for today and a week ahead, and `n` letters spread over the 30 days."""
+    """Partitions for the last 30 days (what a month of sweeps leaves), the sweeper's for
+    this span and the next, and `n` letters spread over the 30 days before today."""
+    from django_pgjobs.conf import pgjobs_settings, seconds
     from django_pgjobs.models import DeadJob
 
+    span = int(seconds(pgjobs_settings.DEAD_PARTITION_SPAN, "DEAD_PARTITION_SPAN"))
     with database.connect() as conn:
-        for day in range(DAYS, 0, -1):
-            conn.execute(PAST_PARTITION.format(day=day, later=day - 1))
-    DeadJob.objects.make_partitions(DAY_S)
+        for k in range(math.ceil(DAYS * DAY_S / span), 0, -1):
+            conn.execute(PAST_PARTITION.format(k=k, span=span))
+    DeadJob.objects.make_partitions(span)
     started = time.perf_counter()
     with database.connect() as conn:
         for first in range(1, n + 1, FILL_CHUNK):
@@ -159,7 +176,14 @@ def _fill(database: Database, n: int) -> None:
         conn.execute("VACUUM ANALYZE pgjobs_dead")
 
 
-def _pages(n: int) -> list[Figure]:
+def _seconds_since(database: Database, instant: Any) -> float:
+    """Seconds from `instant` to the database's now()."""
+    with database.connect() as conn:
+        (since,) = conn.execute("SELECT extract(epoch FROM now() - %s)", [instant]).fetchone()
+    return float(since)
+
+
+def _pages(n: int, partitions: int) -> list[Figure]:
     """The console's dead-letter pages, as a logged-in superuser's browser asks for
     them: median of SAMPLES after a warm-up."""
     from django.contrib.auth.models import User
@@ -191,7 +215,7 @@ def _pages(n: int) -> list[Figure]:
         figures.append(
             Figure(
                 "history",
-                f"console: {name} ({n:,} letters in {DAYS} partitions)",
+                f"console: {name} ({n:,} letters in {partitions} partitions)",
                 median_ms,
                 "ms",
                 target="<= 100 ms",

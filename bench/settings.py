@@ -57,13 +57,16 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # PGJOBS_BENCH_VACUUM_INTERVAL=0: workers that leave the job table to autovacuum (the
 # pressure benchmark's "before").
 # PGJOBS_BENCH_HUNG_SERVER_TIMEOUT=none: workers without the hung-server guard (S43).
+# PGJOBS_BENCH_DEAD_PARTITION_SPAN=604800: dead-letter partitions a week each (history).
 _hung = os.environ.get("PGJOBS_BENCH_HUNG_SERVER_TIMEOUT", "5")
+_span = os.environ.get("PGJOBS_BENCH_DEAD_PARTITION_SPAN")
 PGJOBS = {
     "VACUUM_INTERVAL": float(os.environ.get("PGJOBS_BENCH_VACUUM_INTERVAL", "5")),
     "NOTIFY": os.environ.get("PGJOBS_BENCH_NOTIFY", "1") == "1",
     "WORKER_HEARTBEAT": float(os.environ.get("PGJOBS_BENCH_HEARTBEAT", "5")),
     "PREPARE": os.environ.get("PGJOBS_BENCH_PREPARE", "1") == "1",
     "HUNG_SERVER_TIMEOUT": None if _hung == "none" else float(_hung),
+    **({"DEAD_PARTITION_SPAN": float(_span)} if _span else {}),
 }
 LOGGING = {
     "version": 1,

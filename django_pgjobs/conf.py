@@ -100,7 +100,7 @@ class Settings:
     #: Prune dead letters this long after they died (None: keep forever).
     DEAD_RETENTION: float | timedelta | None = 30 * DAY
     #: The time each partition of the dead-letter table spans (S44): the sweeper makes
-    #: them a week of spans ahead and drops each whole once all its letters are older
+    #: them a day ahead (at least one) and drops each whole once all its letters are older
     #: than the longest dead retention, so a letter outlives its retention by up to one
     #: span. Shorter spans keep closer to the retention, at more partitions to plan over
     #: (the retention's days over the span: keep that under a few hundred).

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +26,11 @@ UNRECORDED_CATEGORY = "other"
 CATEGORY_FILTERS = (*DeadCategory.values, UNRECORDED_CATEGORY)
 #: The letters `requeue_matching` moves per transaction (as the admin's actions do).
 REQUEUE_BATCH = 1000
-#: The spans the sweeper makes the dead-letter table's partitions ahead (S44).
-PARTITIONS_AHEAD = 7
+#: How far ahead the sweeper makes the dead-letter table's partitions (S44): the spans
+#: of the next day, at least one and at most MOST_PARTITIONS_AHEAD (a partition ahead is
+#: one more to plan over; a letter no partition takes yet goes to the default one).
+PARTITIONS_AHEAD_S = 86_400
+MOST_PARTITIONS_AHEAD = 7
 #: How long making or dropping a partition waits for a lock before it leaves it to the
 #: next sweep: a reader holding the table delays the partitions, never the queue.
 PARTITION_LOCK_TIMEOUT = "1s"
@@ -153,12 +157,15 @@ class DeadJobManager(models.Manager["DeadJob"]):
         return int(pruned)
 
     def make_partitions(
-        self, span_s: float, *, ahead: int = PARTITIONS_AHEAD, using: str | None = None
+        self, span_s: float, *, ahead: int | None = None, using: str | None = None
     ) -> int:
-        """Make the partitions of the next `ahead` spans of `span_s` seconds (S44), moving
-        into them the default partition's letters of their ranges. Returns how many
-        were made. Raises OperationalError (lock_not_available) when a lock is not had
-        within PARTITION_LOCK_TIMEOUT: the next sweep tries again."""
+        """Make the partitions of this span and the next `ahead` spans of `span_s` seconds
+        (S44; by default those of the next day, at least one), moving into them the
+        default partition's letters of their ranges. Returns how many were made. Raises
+        OperationalError (lock_not_available) when a lock is not had within
+        PARTITION_LOCK_TIMEOUT: the next sweep tries again."""
+        if ahead is None:
+            ahead = min(MOST_PARTITIONS_AHEAD, max(1, math.ceil(PARTITIONS_AHEAD_S / span_s)))
         params = {"span_s": span_s, "ahead": ahead, "lock_timeout": PARTITION_LOCK_TIMEOUT}
         with db.atomic(using):
             ((_, made),) = db.fetchall(sql.MAKE_DEAD_PARTITIONS, params, using)
