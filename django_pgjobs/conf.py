@@ -99,11 +99,12 @@ class Settings:
     RESULT_RETENTION: float | timedelta | None = None
     #: Prune dead letters this long after they died (None: keep forever).
     DEAD_RETENTION: float | timedelta | None = 30 * DAY
-    #: The time each partition of the dead-letter table spans (S44): the sweeper makes
-    #: them a day ahead (at least one) and drops each whole once all its letters are older
-    #: than the longest dead retention, so a letter outlives its retention by up to one
-    #: span. Shorter spans keep closer to the retention, at more partitions to plan over
-    #: (the retention's days over the span: keep that under a few hundred).
+    #: The time each partition of the dead-letter table spans (S44), in whole seconds:
+    #: the sweeper makes the next day's ahead (at least one span, at most seven) and drops
+    #: each whole once all its letters are older than the longest dead retention, so a
+    #: letter outlives its retention by up to one span. Shorter spans keep closer to the
+    #: retention, at more partitions to plan over (the retention's days over the span:
+    #: keep that under a few hundred).
     DEAD_PARTITION_SPAN: float | timedelta = DAY
 
     # Database
@@ -355,9 +356,11 @@ class Settings:
                 "PGJOBS['HUNG_SERVER_TIMEOUT'] must be at least 1 second (None: wait as "
                 "long as TCP does)."
             )
-        if seconds(self.DEAD_PARTITION_SPAN, "PGJOBS['DEAD_PARTITION_SPAN']") < 1:
+        span = seconds(self.DEAD_PARTITION_SPAN, "PGJOBS['DEAD_PARTITION_SPAN']")
+        if span < 1 or span != int(span):
             raise ImproperlyConfigured(
-                "PGJOBS['DEAD_PARTITION_SPAN'] must be at least 1 second (a day suits most)."
+                "PGJOBS['DEAD_PARTITION_SPAN'] must be a whole number of seconds, at least 1 "
+                "(a day suits most)."
             )
         for name in ("SHUTDOWN_GRACE", "SWEEP_INTERVAL", "VACUUM_INTERVAL"):
             if seconds(getattr(self, name), f"PGJOBS[{name!r}]") < 0:

@@ -32,8 +32,9 @@ REQUEUE_BATCH = 1000
 PARTITIONS_AHEAD_S = 86_400
 MOST_PARTITIONS_AHEAD = 7
 #: How long making or dropping a partition waits for a lock before it leaves it to the
-#: next sweep: a reader holding the table delays the partitions, never the queue.
-PARTITION_LOCK_TIMEOUT = "1s"
+#: next sweep: shorter than PostgreSQL's deadlock_timeout (1 s), so that in a lock cycle
+#: with a transaction that holds the table, the sweeper is the one that gives up.
+PARTITION_LOCK_TIMEOUT = "500ms"
 
 
 class DeadJobManager(models.Manager["DeadJob"]):

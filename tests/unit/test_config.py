@@ -66,6 +66,9 @@ def test_settings_are_read_at_access_time() -> None:
         ({"LISTEN_DSN": 5432}, "LISTEN_DSN"),
         ({"PREFETCH": -1}, "PREFETCH"),
         ({"PREFETCH": 2.5}, "PREFETCH"),
+        ({"DEAD_PARTITION_SPAN": 0.5}, "DEAD_PARTITION_SPAN"),
+        ({"DEAD_PARTITION_SPAN": 1.5}, "whole number of seconds"),
+        ({"DEAD_PARTITION_SPAN": "daily"}, "DEAD_PARTITION_SPAN"),
     ],
 )
 def test_invalid_settings_fail_the_system_check(pgjobs: dict, message: str) -> None:

@@ -13,10 +13,11 @@ sweeper's functions that make partitions ahead and drop them whole.
   sweeper moves its letters into a partition it makes for their range, and prunes the
   rest row by row, by their retention, as the whole table was before.
 
-Making a partition takes no lock that stops writers or readers of the table: it is made
-as a table of its own and attached (SHARE UPDATE EXCLUSIVE on the parent). Dropping one
-takes the parent's ACCESS EXCLUSIVE lock for an instant; the sweeper asks for it under a
-lock_timeout, so that a long reader delays the drop, never the queue.
+Making partitions holds writers of letters for a moment (SHARE ROW EXCLUSIVE on the
+parent, and the default partition's ACCESS EXCLUSIVE while each is attached); readers of
+the parent go on. Dropping one takes the parent's ACCESS EXCLUSIVE lock for an instant.
+The sweeper asks for both under a lock_timeout shorter than deadlock_timeout, so that a
+transaction that holds the table delays the partitions, and never waits long on them.
 
 Migration 0018's own statements, which run once, are in `dead_0018`; it installs
 PARTITION_FUNCTIONS as they are here: a change to them needs a migration that installs
@@ -40,18 +41,22 @@ _RANGES = r"""
 
 PARTITION_FUNCTIONS = f"""
 -- Install pgjobs_make_dead_partitions(span, ahead) and pgjobs_drop_dead_partitions(
--- horizon) (S44): the sweeper's two passes over the dead-letter table's partitions.
+-- horizon) (S44): the sweeper's two passes over the dead-letter table's partitions. They
+-- run as the table's owner (SECURITY DEFINER), so that a worker's role that may only read
+-- and write rows keeps them; on the schema they were installed in and pg_temp last (a
+-- caller's temporary table never stands in for one of theirs), in UTC and ISO dates (the
+-- partitions' bounds are read back as text), and only for the roles granted EXECUTE.
+SELECT set_config('search_path', quote_ident(current_schema()) || ', pg_temp', true);
+
 CREATE OR REPLACE FUNCTION pgjobs_make_dead_partitions(span interval, ahead integer)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
--- As the table's owner (who ran the migration): a worker's role that may only read and
--- write rows still makes and drops them. Its names are the migration's schema's.
-SECURITY DEFINER SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT SET timezone = 'UTC' SET datestyle = 'ISO, YMD'
 AS $body$
--- Make the partitions that take the letters of the next `ahead` spans, each `span` long
--- and aligned on the epoch, from the end of the last one made (or this span's start,
--- when that ended earlier). The default partition's letters in a new range move into
--- it. Returns how many were made.
+-- Make the partitions of this span and the next `ahead` spans, each `span` long and
+-- aligned on the epoch, from the end of the last one made (or this span's start, when
+-- that ended earlier). The default partition's letters in a new range move into it.
+-- Returns how many were made.
 DECLARE
     step float8 := extract(epoch FROM span);
     upto timestamptz := clock_timestamp() + span * ahead;
@@ -59,25 +64,24 @@ DECLARE
     upper timestamptz;
     part text;
     made integer := 0;
-    held boolean := false;
 BEGIN
-    IF step < 1 THEN
-        RAISE EXCEPTION 'a dead-letter partition spans at least a second, not %', span;
+    IF step < 1 OR step <> floor(step) OR ahead NOT BETWEEN 0 AND 1000 THEN
+        RAISE EXCEPTION 'dead-letter partitions span whole seconds, at least one, and are '
+                        'made up to 1000 ahead: not % and %', span, ahead;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('pgjobs_dead_partitions'));  -- one maker
     SELECT max(r.upper) INTO lower FROM ({_RANGES}) AS r;
     lower := greatest(lower, to_timestamp(floor(extract(epoch FROM clock_timestamp()) / step)
                                           * step));
+    IF lower < upto THEN
+        -- A statement that began before a range was attached routes a letter of it to
+        -- the default partition, and fails once it is: writers of letters wait while
+        -- ranges are attached (a moment, about once a span).
+        LOCK TABLE pgjobs_dead IN SHARE ROW EXCLUSIVE MODE;
+    END IF;
     WHILE lower < upto LOOP
         upper := to_timestamp((floor(extract(epoch FROM lower) / step) + 1) * step);
-        IF lower <= clock_timestamp() AND NOT held THEN
-            -- A statement that began before this range was attached routes a letter of
-            -- it to the default partition, and fails once it is: while a range letters
-            -- are being written to is attached, writers of letters wait (a moment).
-            LOCK TABLE pgjobs_dead IN SHARE ROW EXCLUSIVE MODE;
-            held := true;
-        END IF;
-        part := 'pgjobs_dead_p' || to_char(lower AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MISS');
+        part := 'pgjobs_dead_p' || to_char(lower, 'YYYYMMDD"t"HH24MISS');
         EXECUTE format('CREATE TABLE %I (LIKE pgjobs_dead INCLUDING DEFAULTS'
                        ' INCLUDING CONSTRAINTS)', part);
         EXECUTE format('WITH moved AS (DELETE FROM pgjobs_dead_default'
@@ -96,10 +100,8 @@ $body$;
 
 CREATE OR REPLACE FUNCTION pgjobs_drop_dead_partitions(horizon interval)
 RETURNS integer
-LANGUAGE plpgsql VOLATILE
--- As the table's owner (who ran the migration): a worker's role that may only read and
--- write rows still makes and drops them. Its names are the migration's schema's.
-SECURITY DEFINER SET search_path FROM CURRENT
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT SET timezone = 'UTC' SET datestyle = 'ISO, YMD'
 AS $body$
 -- Drop every range partition whose letters all died more than `horizon` ago, and the
 -- edges of its letters (S29), as pruning deletes them. Returns how many were dropped.
@@ -107,6 +109,9 @@ DECLARE
     old record;
     dropped integer := 0;
 BEGIN
+    IF horizon < interval '0' THEN
+        RAISE EXCEPTION 'the horizon of dead-letter partitions is never negative: %', horizon;
+    END IF;
     PERFORM pg_advisory_xact_lock(hashtext('pgjobs_dead_partitions'));
     FOR old IN
         SELECT r.part FROM ({_RANGES}) AS r
@@ -120,7 +125,10 @@ BEGIN
     END LOOP;
     RETURN dropped;
 END
-$body$
+$body$;
+
+REVOKE EXECUTE ON FUNCTION pgjobs_make_dead_partitions(interval, integer),
+                           pgjobs_drop_dead_partitions(interval) FROM PUBLIC
 """
 
 MAKE_DEAD_PARTITIONS = """
