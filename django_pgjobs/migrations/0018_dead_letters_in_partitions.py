@@ -1,7 +1,7 @@
 """The dead-letter table in time partitions (S44), on a live install.
 
 The table becomes partitioned by range of `died_at` without a long lock: its letters
-are first promised to have died before a cutover two hours ahead (a constraint added
+are first promised to have died before a cutover a day ahead (a constraint added
 NOT VALID, then validated while writers go on), and given the (id, died_at) index the
 partitioned table needs (built concurrently). The switch itself is a moment under the
 table's lock, retried when the lock is not had within seconds: the table is renamed
@@ -9,7 +9,8 @@ table's lock, retried when the lock is not had within seconds: the table is rena
 columns, checks and indexes, and the old table is attached as the range before the
 cutover (its bound is trusted, so no row is read, and its indexes are adopted) or,
 empty, dropped. A default partition takes what no range does; the sweeper makes the
-ranges ahead (db/sql/history.py).
+ranges ahead (db/sql/history.py). The new tables get the old one's grants. While the
+switch waits for its lock, letters wait behind it: at most LOCK_TIMEOUT a try.
 
 Not reversible: going back means copying every letter into a plain table.
 """
@@ -32,9 +33,7 @@ def partition(apps, schema_editor):
         cursor.execute(sql.DEAD_IS_PARTITIONED)
         if cursor.fetchone()[0]:
             return
-        cursor.execute(sql.OLD_LETTERS_BOUNDED)
-        if not cursor.fetchone()[0]:  # else a run stopped after it: keep its cutover
-            _with_lock_retries(connection, lambda: cursor.execute(sql.BOUND_OLD_LETTERS))
+        _with_lock_retries(connection, lambda: cursor.execute(sql.BOUND_OLD_LETTERS))
         cursor.execute(sql.VALIDATE_OLD_LETTERS)
         cursor.execute(sql.DROP_INVALID_LETTER_INDEX)
         cursor.execute(sql.INDEX_OLD_LETTERS)
@@ -46,15 +45,21 @@ def partition(apps, schema_editor):
             cursor.execute(sql.SET_OLD_LETTERS_ASIDE)
             for index in DeadJob._meta.indexes:
                 schema_editor.add_index(DeadJob, index)
+            cursor.execute(sql.MAKE_DEFAULT_PARTITION)
+            cursor.execute(sql.PARTITION_FUNCTIONS)
+            cursor.execute(sql.COPY_GRANTS)
             cursor.execute(sql.OLD_LETTERS_KEPT)
             if cursor.fetchone()[0]:
                 cursor.execute(sql.ATTACH_OLD_LETTERS)
             else:
                 cursor.execute(sql.DROP_OLD_LETTERS)
-            cursor.execute(sql.MAKE_DEFAULT_PARTITION)
-            cursor.execute(sql.PARTITION_FUNCTIONS)
 
-    _with_lock_retries(connection, switch)
+    try:
+        _with_lock_retries(connection, switch)
+    except RuntimeError:  # the lock was never had: no bound left to break later letters
+        with connection.cursor() as cursor:
+            cursor.execute(sql.UNBOUND_OLD_LETTERS)
+        raise
 
 
 def _with_lock_retries(connection, step):

@@ -32,7 +32,20 @@ VALUES (%s, 'writer', 'app.kind', 3, 60, 'failed', 'failed')
 
 
 @pytest.fixture
-def database_at_0017() -> Iterator[str]:
+def role() -> Iterator[str]:
+    """A role of the application's, as docs/explanation/security.md makes one."""
+    name = f"pgjobs_app_{secrets.token_hex(4)}"
+    with other_connection() as owner:
+        owner.execute(f'CREATE ROLE "{name}"')
+    try:
+        yield name
+    finally:
+        with other_connection() as owner:
+            owner.execute(f'DROP ROLE IF EXISTS "{name}"')
+
+
+@pytest.fixture
+def database_at_0017(role: str) -> Iterator[str]:
     """A database migrated up to 0017 (the table as it was), removed afterwards."""
     name = f"pgjobs_0018_{secrets.token_hex(4)}"
     base = database_url_for_workers()
@@ -48,11 +61,12 @@ def database_at_0017() -> Iterator[str]:
 
 
 def test_s44_migration_0018_partitions_a_table_of_letters_while_writers_go_on(
-    database_at_0017: str,
+    database_at_0017: str, role: str
 ) -> None:
     url = database_at_0017
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(FILL, [LETTERS])
+        conn.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON pgjobs_dead TO "{role}"')
         (old_indexes,) = conn.execute(
             "SELECT count(*) FROM pg_index WHERE indrelid = 'pgjobs_dead'::regclass"
         ).fetchone() or (0,)
@@ -110,6 +124,18 @@ def test_s44_migration_0018_partitions_a_table_of_letters_while_writers_go_on(
             one("SELECT count(*) FROM pg_index WHERE indrelid = 'pgjobs_dead_before'::regclass")
             == old_indexes + 1
         )
+        # The application's role keeps what it could do, on the default partition too
+        # (pruned by name), and may call the partition functions, as it could delete.
+        for table in ("pgjobs_dead", "pgjobs_dead_default"):
+            for privilege in ("SELECT", "INSERT", "UPDATE", "DELETE"):
+                granted = f"SELECT has_table_privilege('{role}', '{table}', '{privilege}')"
+                assert one(granted) is True, (table, privilege)
+        for function in (
+            "pgjobs_make_dead_partitions(interval, integer)",
+            "pgjobs_drop_dead_partitions(interval)",
+        ):
+            assert one(f"SELECT has_function_privilege('{role}', '{function}', 'EXECUTE')")
+            assert one(f"SELECT NOT has_function_privilege('public', '{function}', 'EXECUTE')")
         # Letters written from now on land in the old table until its cutover, and the
         # queue's statements run on the new one.
         conn.execute(WRITE, [2 * 10**9])

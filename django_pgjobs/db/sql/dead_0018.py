@@ -13,22 +13,63 @@ SELECT relkind = 'p' FROM pg_class WHERE oid = 'pgjobs_dead'::regclass
 """
 
 BOUND_OLD_LETTERS = """
--- Promise, from now on, that every letter of the old table died before a cutover two
--- hours ahead (no letter written while the migration runs passes it): no scan (NOT
--- VALID), a moment's lock; VALIDATE_OLD_LETTERS then checks the letters kept.
+-- Promise, from now on, that every letter of the old table died before a cutover a day
+-- ahead (no letter written while the migration runs passes it): no scan (NOT VALID), a
+-- moment's lock; VALIDATE_OLD_LETTERS then checks the letters kept. A bound a stopped run
+-- left, whose cutover is less than an hour ahead, is replaced: past it, every letter
+-- written would break it.
 DO $$
+DECLARE
+    cutover timestamptz;
 BEGIN
+    SELECT substring(pg_get_constraintdef(oid) FROM '< ''([^'']*)''')::timestamptz
+    INTO cutover
+    FROM pg_constraint
+    WHERE conrelid = 'pgjobs_dead'::regclass AND conname = 'pgjobs_dead_before_bound';
+    IF cutover IS NOT NULL AND cutover > now() + interval '1 hour' THEN
+        RETURN;
+    END IF;
+    ALTER TABLE pgjobs_dead DROP CONSTRAINT IF EXISTS pgjobs_dead_before_bound;
     EXECUTE format('ALTER TABLE pgjobs_dead ADD CONSTRAINT pgjobs_dead_before_bound'
                    ' CHECK (died_at < %L) NOT VALID',
-                   date_trunc('hour', now()) + interval '2 hours');
+                   date_trunc('hour', now()) + interval '1 day');
 END
 $$
 """
 
-OLD_LETTERS_BOUNDED = """
--- Whether the old table's bound is there already (a migration run again after a stop).
-SELECT EXISTS (SELECT 1 FROM pg_constraint
-               WHERE conrelid = 'pgjobs_dead'::regclass AND conname = 'pgjobs_dead_before_bound')
+UNBOUND_OLD_LETTERS = """
+-- Take the bound back (a switch that could not have its lock): the table stays as 0017
+-- left it, and takes letters of any time.
+ALTER TABLE pgjobs_dead DROP CONSTRAINT IF EXISTS pgjobs_dead_before_bound
+"""
+
+COPY_GRANTS = """
+-- Give the partitioned table, and its default partition (pruned by name), the grants the
+-- old table had, and EXECUTE on the partition functions to every role that could delete
+-- its letters (the sweeper of a worker under a least-privilege role keeps the
+-- partitions, S44).
+DO $$
+DECLARE
+    granted record;
+BEGIN
+    FOR granted IN
+        SELECT a.privilege_type,
+               CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(r.rolname) END AS who
+        FROM pg_class AS c
+        CROSS JOIN LATERAL aclexplode(c.relacl) AS a
+        LEFT JOIN pg_roles AS r ON r.oid = a.grantee
+        WHERE c.oid = 'pgjobs_dead_before'::regclass AND a.grantee <> c.relowner
+    LOOP
+        EXECUTE format('GRANT %s ON pgjobs_dead, pgjobs_dead_default TO %s',
+                       granted.privilege_type, granted.who);
+        IF granted.privilege_type = 'DELETE' THEN
+            EXECUTE format('GRANT EXECUTE ON FUNCTION'
+                           ' pgjobs_make_dead_partitions(interval, integer),'
+                           ' pgjobs_drop_dead_partitions(interval) TO %s', granted.who);
+        END IF;
+    END LOOP;
+END
+$$
 """
 
 VALIDATE_OLD_LETTERS = """
