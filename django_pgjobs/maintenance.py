@@ -163,19 +163,14 @@ class Sweeper:
                 using=using,
             )
 
+        span = seconds(pgjobs_settings.DEAD_PARTITION_SPAN, "DEAD_PARTITION_SPAN")
+
         def make_partitions() -> int:
-            span = seconds(pgjobs_settings.DEAD_PARTITION_SPAN, "DEAD_PARTITION_SPAN")
-            made = self._partitions(lambda: DeadJob.objects.make_partitions(span, using=using))
-            counts["partitions_made"] += made
-            return made
+            return DeadJob.objects.make_partitions(span, using=using)
 
         def drop_partitions() -> int:
             assert horizon is not None
-            dropped = self._partitions(
-                lambda: DeadJob.objects.drop_partitions(horizon, using=using)
-            )
-            counts["partitions_dropped"] += dropped
-            return dropped
+            return DeadJob.objects.drop_partitions(horizon, using=using)
 
         def prune_batches(retention_s: int) -> Callable[[], int]:
             return lambda: Batch.objects.prune(retention_s, limit, using=using)
@@ -190,9 +185,6 @@ class Sweeper:
             (None, prune_cancel_requests),
             (None, prune_workers),
         ]
-        passes.append((None, make_partitions))
-        if horizon is not None:
-            passes.append((None, drop_partitions))
         for queue, retention in retentions.items():
             if retention is not None:
                 passes.append(("dead_pruned", prune_dead_of(queue, retention)))
@@ -202,6 +194,9 @@ class Sweeper:
             passes.append((None, prune_batches(default_retention)))
         complete = True
         try:
+            counts["partitions_made"] = self._partitions(make_partitions)
+            if horizon is not None:
+                counts["partitions_dropped"] = self._partitions(drop_partitions)
             for counter, batch in passes:
                 done = self._drain(batch)
                 if counter is not None:
@@ -214,9 +209,11 @@ class Sweeper:
         return result
 
     def _partitions(self, step: Callable[[], int]) -> int:
-        """Make or drop the dead-letter table's partitions (one statement, not batches);
-        a lock not had at once, or another failure, is logged and left to the next
-        sweep: meanwhile letters go to the default partition, which is pruned row by row."""
+        """Make or drop the dead-letter table's partitions (one statement, not batches).
+        A lock not had at once is left to the next sweep; another failure (a role that
+        may not call the functions, a migration not run) is logged as a warning with its
+        reason, every sweep, and the rest of the sweep goes on: meanwhile letters go to
+        the default partition, which is pruned row by row."""
         try:
             return self._run_batch(step)
         except _TurnTaken:

@@ -53,6 +53,16 @@ def reads_index(plan: str, index: str) -> bool:
     return re.search(rf"(using|Bitmap Index Scan on) ({alternatives})\b", plan) is not None
 
 
+def drop_dead_range_partitions() -> None:
+    """Drop every range partition of the dead-letter table, letters and all (S44): the
+    default partition takes what comes next until a sweep makes them again."""
+    from django_pgjobs.models import DeadJob
+
+    for partition in DeadJob.objects.partitions():
+        if partition.upper is not None:
+            execute(f'DROP TABLE IF EXISTS "{partition.name}"')
+
+
 PARTITION_INDEXES = """
 SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
 WHERE i.inhparent = to_regclass(%s)

@@ -18,7 +18,7 @@ from psycopg import sql as pgsql
 from django_pgjobs.models import DeadJob, Job
 from django_pgjobs.testing.localdb import free_port
 from tests.example import manage
-from tests.helpers import count, dead_row, execute, other_connection, row
+from tests.helpers import count, dead_row, drop_dead_range_partitions, other_connection, row
 from tests.spawn import ROOT, Workers, database_url_for_workers, manage_py, suite_env, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -149,9 +149,7 @@ print("requeue", done.status_code, "requeued" in done.content.decode())
 def test_a_worker_and_the_admin_run_under_the_documented_least_privilege_role(
     workers: Workers, least_privileged_url: str
 ) -> None:
-    for partition in DeadJob.objects.partitions():  # its sweeps make the dead letters'
-        if partition.upper is not None:
-            execute(f'DROP TABLE IF EXISTS "{partition.name}"')
+    drop_dead_range_partitions()  # the role's sweep makes them again
     done = Job.objects.enqueue("tests.plain", {"value": 4}, result_retention=60).id
     doomed = Job.objects.enqueue("tests.misbehave", {"how": "fail"}).id
     worker = workers.start(
