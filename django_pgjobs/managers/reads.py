@@ -97,6 +97,17 @@ class JobReads(models.Manager["Job"]):
             found.update(pgjobs_settings.QUEUES)
         return sorted(found)
 
+    def _dead_estimates(self, queues: list[str], using: str | None) -> dict[str, int]:
+        """The estimates of the dead letters of `queues` past the cap, read at once from
+        the partitions' statistics (S44); those it cannot make (statistics this role may
+        not read, partitions not analyzed yet) are left out, for the planner to make."""
+        rows = db.fetchall(sql.ESTIMATE_DEAD_QUEUES, {"queues": queues}, using)
+        return {
+            queue: int(estimated)
+            for queue, estimated, complete in rows
+            if complete and estimated > COUNT_CAP
+        }
+
     def overview(self, *, using: str | None = None) -> list[QueueOverview]:
         """Every queue's runnable, scheduled, running and dead jobs and its oldest runnable
         job's age, read along the partial indexes; counts past COUNT_CAP are estimates."""
@@ -114,12 +125,20 @@ class JobReads(models.Manager["Job"]):
             sql.ESTIMATE_RETRYING,
             sql.ESTIMATE_DONE,
         )
+        many_dead = [queue for queue, *counts in rows if counts[3] > COUNT_CAP]
+        dead_estimates = self._dead_estimates(many_dead, using) if many_dead else {}
+
+        def estimate(statement: str, queue: str) -> int:
+            if statement == sql.ESTIMATE_DEAD and queue in dead_estimates:
+                return dead_estimates[queue]
+            return db.estimate(statement, {"queue": queue}, using)
+
         overview = []
         for queue, runnable_n, scheduled_n, running_n, dead_n, oldest, *more in rows:
             runnable, scheduled, running, dead, retrying, done = (
                 Count(int(value))
                 if value <= COUNT_CAP
-                else Count(db.estimate(statement, {"queue": queue}, using), estimated=True)
+                else Count(estimate(statement, queue), estimated=True)
                 for value, statement in zip(
                     (runnable_n, scheduled_n, running_n, dead_n, *more), estimates, strict=True
                 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 import pytest
 from django.core.management import call_command
@@ -88,3 +89,40 @@ def test_runjobs_start_check_outlives_a_connection_cut_under_it() -> None:
         other.execute("SELECT pg_terminate_backend(%s)", [pid])
     Command()._check_database(["default"], "default")
     assert connection.connection.info.backend_pid != pid
+
+
+def test_the_start_check_waits_for_a_server_that_takes_no_writes_yet_then_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker started during a failover finds every host read-only, or not promoted
+    yet: libpq says "session is read-only" (target_session_attrs=read-write). The check
+    at start waits for a primary, up to START_TRANSIENT_WAIT_S, rather than exiting at
+    once as for a server that does not answer; past it, it says what it met."""
+    from django.db import connections
+
+    from django_pgjobs.management.commands import runjobs
+
+    default = connections["default"]
+    options = default.settings_dict.setdefault("OPTIONS", {})
+    saved = dict(options)
+    options["target_session_attrs"] = "read-write"
+    options["options"] = "-c default_transaction_read_only=on"  # a standby, as libpq sees it
+    default.close()
+    pauses: list[float] = []
+    monkeypatch.setattr(runjobs, "START_TRANSIENT_WAIT_S", 3.0)
+    real_sleep = time.sleep
+
+    def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", pause)
+    try:
+        with pytest.raises(CommandError, match="session is read-only"):
+            runjobs.Command()._check_database(["default"], "default")
+        # It waited the 3 s, past the 3 tries given a server that does not answer.
+        assert len(pauses) > runjobs.START_CHECKS
+    finally:
+        default.close()
+        options.clear()
+        options.update(saved)

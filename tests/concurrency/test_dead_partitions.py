@@ -293,3 +293,35 @@ def test_s44_letters_written_while_their_range_is_attached_are_neither_refused_n
     assert not failures, failures
     assert len(written) > 0
     assert count("pgjobs_dead", "queue = 'w'") + kept == len(written)
+
+
+def test_s44_the_overview_estimates_dead_letters_from_the_partitions_statistics(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past the cap, each queue's dead letters are estimated from what ANALYZE keeps of
+    every partition, in one read of the catalog: an EXPLAIN per queue would plan over
+    every partition (the console's overview at 10 M letters)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from django_pgjobs.managers import reads
+
+    with pgjobs(DEAD_PARTITION_SPAN=3600):
+        Sweeper().run_once()  # this hour's partition, and the next
+        execute(
+            "INSERT INTO pgjobs_dead (id, queue, kind, max_attempts, lease_s, reason, died_at)"
+            " SELECT g, CASE WHEN g <= 600 THEN 'many' ELSE 'some' END, 'k', 1, 30, 'failed',"
+            "        CASE WHEN g % 4 = 0 THEN now() - interval '3 days' ELSE now() END"
+            " FROM generate_series(1, 900) AS g"
+        )
+        execute("ANALYZE pgjobs_dead_default")
+        for partition in DeadJob.objects.partitions():
+            execute(f'ANALYZE "{partition.name}"')
+        monkeypatch.setattr(reads, "COUNT_CAP", 50)
+        with CaptureQueriesContext(connection) as queries:
+            overview = {q.queue: q for q in Job.objects.overview()}
+        for queue, letters in (("many", 600), ("some", 300)):
+            dead = overview[queue].dead
+            assert dead.estimated and 0.7 * letters <= dead.value <= 1.3 * letters, dead
+        planned = "EXPLAIN (FORMAT JSON)\nSELECT 1 FROM pgjobs_dead"  # ESTIMATE_DEAD's
+        assert not [q for q in queries if planned in q["sql"]]

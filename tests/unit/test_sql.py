@@ -222,6 +222,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "ESTIMATE_RUNNABLE": {"queue": "default"},
     "ESTIMATE_SCHEDULED": {"queue": "default"},
     "ESTIMATE_DEAD": {"queue": "default"},
+    "ESTIMATE_DEAD_QUEUES": {"queues": ["default", "q1"]},
     "ESTIMATE_RETRYING": {"queue": "default"},
     "ESTIMATE_RUNNING": {"queue": "default"},
     "ESTIMATE_DONE": {"queue": "default"},
@@ -377,6 +378,7 @@ IDENTIFIERS = {"LISTEN_CHANNEL": {"channel": "pgjobs"}}
 
 
 TABLELESS = {
+    "ESTIMATE_DEAD_QUEUES",  # the catalog's statistics of pgjobs_dead's partitions
     "MAKE_DEAD_PARTITIONS",  # the functions of PARTITION_FUNCTIONS name the tables
     "DROP_DEAD_PARTITIONS",
     "DEAD_PARTITIONS",  # the catalog's partitions of pgjobs_dead

@@ -106,6 +106,42 @@ EXPLAIN (FORMAT JSON)
 SELECT 1 FROM pgjobs_dead WHERE queue = %(queue)s
 """
 
+ESTIMATE_DEAD_QUEUES = """
+-- The statistics' estimate of the dead letters of each of %(queues)s (for counts past the
+-- cap), summed over the dead-letter table's partitions from what ANALYZE keeps of each
+-- (its rows, and how often each queue comes up) as the planner reckons them, in one read
+-- of the catalog: an EXPLAIN per queue plans over every partition (S44). The last column
+-- is false when a partition that holds rows has no statistics this role may read (a
+-- least-privilege role sees those of the tables it was granted): ask the planner then.
+WITH parts AS (
+    SELECT c.relname, c.relnamespace, c.reltuples AS total
+    FROM pg_inherits AS i
+    JOIN pg_class AS c ON c.oid = i.inhrelid
+    WHERE i.inhparent = 'pgjobs_dead'::regclass AND c.reltuples > 0
+),
+stats AS (
+    SELECT p.total, s.null_frac, s.n_distinct,
+           s.most_common_vals::text::text[] AS vals, s.most_common_freqs AS freqs
+    FROM parts AS p
+    JOIN pg_stats AS s
+      ON s.schemaname = p.relnamespace::regnamespace::text AND s.tablename = p.relname
+     AND s.attname = 'queue' AND NOT s.inherited
+)
+SELECT q.queue,
+       round(coalesce(sum(st.total * coalesce(
+           st.freqs[array_position(st.vals, q.queue)],
+           -- a queue no partition counts among its most common: its share of the rest
+           greatest(1 - st.null_frac - coalesce(
+               (SELECT sum(f) FROM unnest(st.freqs) AS f), 0), 0)
+           / greatest(CASE WHEN st.n_distinct < 0 THEN -st.n_distinct * st.total
+                           ELSE st.n_distinct END
+                      - coalesce(cardinality(st.vals), 0), 1))), 0))::bigint,
+       (SELECT count(*) FROM parts) = (SELECT count(*) FROM stats)
+FROM unnest(%(queues)s::text[]) AS q (queue)
+LEFT JOIN stats AS st ON true
+GROUP BY q.queue
+"""
+
 FILE_DEAD_LETTERS = """
 -- File the dead letters with ids above %(after)s, up to %(limit)s by id, under the
 -- category their reason says (migration 0010), where none is stored yet; one that says

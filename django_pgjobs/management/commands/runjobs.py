@@ -22,6 +22,20 @@ from django_pgjobs.worker import Worker, WorkerStats, default_queues, queues_of_
 #: Tries of the database check at start, and the pause between two.
 START_CHECKS = 3
 START_CHECK_PAUSE_S = 0.5
+#: How long the check at start waits for a server that answers but cannot take the
+#: worker yet: none of the hosts takes writes (a failover under way: the old primary is
+#: read-only, the new one not promoted yet), or the server is starting, in recovery or
+#: shutting down (a restart).
+START_TRANSIENT_WAIT_S = 60.0
+#: What libpq and PostgreSQL say of such a server (English messages).
+_TRANSIENT = (
+    "read-only",
+    "hot standby",
+    "starting up",
+    "in recovery",
+    "shutting down",
+    "not yet accepting connections",
+)
 
 
 def positive_int(text: str) -> int:
@@ -313,9 +327,14 @@ class Command(BaseCommand):
         """Fail fast on what the worker cannot recover from: no database, no tables.
 
         A connection cut while the check runs (a restart, pg_terminate_backend) is tried
-        again, START_CHECKS times in all, as the worker's loop would.
+        again, START_CHECKS times in all, as the worker's loop would; a server that
+        answers but cannot take the worker yet (a failover or a restart under way) is
+        waited for, up to START_TRANSIENT_WAIT_S.
         """
-        for attempt in range(1, START_CHECKS + 1):
+        waited_since = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 Job.objects.next_due_in(queues, using=database)
                 return
@@ -328,7 +347,11 @@ class Command(BaseCommand):
                 ) from None
             except (OperationalError, DatabaseError) as error:
                 connections[database].close()
-                if attempt == START_CHECKS:
+                transient = any(words in str(error) for words in _TRANSIENT)
+                if transient and time.monotonic() - waited_since < START_TRANSIENT_WAIT_S:
+                    time.sleep(START_CHECK_PAUSE_S)
+                    continue
+                if attempt >= START_CHECKS:
                     raise CommandError(
                         f"Cannot reach the jobs database '{database}': "
                         f"{str(error).strip().splitlines()[0]}. Check DATABASES and that "
