@@ -78,6 +78,7 @@ class RunControl:
 
     __slots__ = (
         "_cancelled",
+        "_end_told",
         "_hooks",
         "_lock",
         "_report",
@@ -92,6 +93,7 @@ class RunControl:
         self._lock = threading.Lock()
         self._hooks: list[Callable[[], None]] = []
         self._report: str | None = None
+        self._end_told = False
         #: Why the run must stop ("cancelled", "expired", "timed out after 30 s" ...).
         self.reason: str | None = None
         #: Called when a report waits, by the worker that carries reports to the
@@ -122,6 +124,14 @@ class RunControl:
             except Exception:  # a hook must not keep the others from running
                 logger.exception("a cancellation hook raised")
         return True
+
+    def tell_end(self) -> bool:
+        """True the first time only: how the run ended is told (log, signals) once, by
+        whoever comes first, the handler's thread or the worker that abandoned it at
+        its timeout (S27, S33)."""
+        with self._lock:
+            first, self._end_told = not self._end_told, True
+        return first
 
     def on_cancel(self, hook: Callable[[], None]) -> None:
         """Call `hook` when the run is cancelled (at once, if it is already)."""

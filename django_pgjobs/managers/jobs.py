@@ -437,13 +437,14 @@ class JobManager(JobUpkeep):
         timeout = f"{max(1, round(seconds * 1000))}ms"
         db.fetchall(sql.LIMIT_STATEMENT_TIME, {"timeout": timeout}, handle.using)
 
-    def time_out_batch(self, timeouts: Sequence[tuple[JobHandle, Failure]]) -> int:
-        """Record timed-out attempts whose handlers the worker abandoned (S33): retried
-        with backoff, or dead when spent, as retry_batch does; a row a fence holds is
-        skipped (it returns when its lease lapses). Returns how many were recorded."""
-        return self._retry_statement(
-            sql.TIME_OUT_JOBS, [(handle, failure, None) for handle, failure in timeouts]
-        )
+    def time_out_batch(
+        self, timeouts: Sequence[tuple[JobHandle, Failure, float | timedelta | None]]
+    ) -> int:
+        """Record timed-out attempts whose handlers the worker abandoned (S33): each
+        (handle, failure, delay or None for backoff), retried or dead when spent, as
+        retry_batch does; a row a fence holds is skipped (it returns when its lease
+        lapses). Returns how many were recorded."""
+        return self._retry_statement(sql.TIME_OUT_JOBS, timeouts)
 
     # Operators -----------------------------------------------------------------------
 

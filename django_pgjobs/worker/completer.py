@@ -68,7 +68,7 @@ class Completer:
         self._retries: list[tuple[JobHandle, Failure, float | None]] = []
         self._fails: list[tuple[JobHandle, Failure]] = []
         self._cancels: list[tuple[JobHandle, Failure]] = []
-        self._timeouts: list[tuple[JobHandle, Failure]] = []
+        self._timeouts: list[tuple[JobHandle, Failure, float | None]] = []
 
     @property
     def unflushed(self) -> bool:
@@ -83,10 +83,11 @@ class Completer:
         """Whether a flush has something to try now (set aside outcomes wait their turn)."""
         return self._buffered or self.aside.due(now)
 
-    def timed_out(self, handle: JobHandle, failure: Failure) -> None:
+    def timed_out(self, outcome: Outcome) -> None:
         """Buffer the attempt of a handler the worker abandoned at its timeout (S33)."""
-        self.counts.count(Outcome(handle=handle, verdict=Verdict.RETRY, duration=0.0))
-        self._timeouts.append((handle, failure))
+        assert outcome.failure is not None
+        self.counts.count(outcome)
+        self._timeouts.append((outcome.handle, outcome.failure, outcome.delay))
 
     def take(self, outcome: Outcome) -> None:
         """Buffer what is left to record of `outcome` (counting what needs nothing)."""
@@ -209,9 +210,9 @@ class Completer:
         # Counted as cancelled when taken; most were moved by the cancel itself.
         self.jobs.fail_batch(cancels)
 
-    def _record_timeouts(self, timeouts: list[tuple[JobHandle, Failure]]) -> None:
+    def _record_timeouts(self, timeouts: list[tuple[JobHandle, Failure, float | None]]) -> None:
         recorded = self.jobs.time_out_batch(timeouts)
-        self._count_retries([handle for handle, _ in timeouts], recorded)
+        self._count_retries([handle for handle, _, _ in timeouts], recorded)
 
     def _bury_unstorable(self, handle: JobHandle, refused: Exception) -> bool:
         """Dead-letter a job whose outcome the database refused to store (S27); return

@@ -364,10 +364,8 @@ class Executor:
         *,
         timed_out: bool = False,
     ) -> Outcome:
-        if handle.is_last_attempt:
-            delay = 0.0
-        elif delay is None:
-            delay = float(registry.backoff_for(handle.kind, handle.queue).delay(handle.attempt))
+        if handle.is_last_attempt or delay is None:
+            delay = retry_delay(handle)
         return self._finish(
             handle, Verdict.RETRY, started, failure=failure, delay=delay, timed_out=timed_out
         )
@@ -392,8 +390,7 @@ class Executor:
             delay=delay,
             timed_out=timed_out,
         )
-        _log(outcome)
-        signals.run_ended(outcome)
+        report(outcome)
         return outcome
 
 
@@ -439,6 +436,21 @@ def cancellation_of(handle: JobHandle) -> Failure:
 
 def _as_recorded(outcome: Outcome) -> Outcome:
     return replace(outcome, verdict=Verdict.RECORDED)
+
+
+def retry_delay(handle: JobHandle) -> float:
+    """The backoff before `handle`'s job runs again (0: its attempts are spent)."""
+    if handle.is_last_attempt:
+        return 0.0
+    return float(registry.backoff_for(handle.kind, handle.queue).delay(handle.attempt))
+
+
+def report(outcome: Outcome) -> None:
+    """Log how a run ended and send its signals, once a run: a handler that returns
+    after the worker abandoned it at its timeout is not told twice (S27, S33)."""
+    if outcome.handle.control.tell_end():
+        _log(outcome)
+        signals.run_ended(outcome)
 
 
 def _log(outcome: Outcome) -> None:

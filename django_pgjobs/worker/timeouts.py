@@ -13,7 +13,7 @@ from django_pgjobs import tracing
 from django_pgjobs.claims import Failure, Outcome, Verdict
 from django_pgjobs.managers import JobManager
 from django_pgjobs.worker.completer import Completer
-from django_pgjobs.worker.executor import timed_out_error
+from django_pgjobs.worker.executor import report, retry_delay, timed_out_error
 from django_pgjobs.worker.leases import Leases, Running
 from django_pgjobs.worker.pool import HandlerPool
 from django_pgjobs.worker.stats import WorkerStats
@@ -67,15 +67,21 @@ class Timeouts:
             self.leases.time_out(running)
             handle = running.handle
             tracing.timed_out(handle, handle.timeout_s or 0.0)
-            failure = Failure(timed_out_error(handle.timeout_s or 0.0))
+            outcome = Outcome(
+                handle=handle,
+                verdict=Verdict.RETRY,
+                duration=now - (running.started_at or now),
+                failure=Failure(timed_out_error(handle.timeout_s or 0.0)),
+                delay=retry_delay(handle),
+                timed_out=True,
+            )
+            report(outcome)  # now, not when (or if) the abandoned handler returns
             if running.atomic:
                 # Its backend is ended: the row is free, and the attempt is recorded as
                 # any retry is (waiting a moment for the lock to go).
-                self.completer.take(
-                    Outcome(handle=handle, verdict=Verdict.RETRY, duration=0.0, failure=failure)
-                )
+                self.completer.take(outcome)
             else:
-                self.completer.timed_out(handle, failure)
+                self.completer.timed_out(outcome)
         self.stats.in_flight = len(self.leases)
 
     def _cut(self, running: Running, now: float) -> bool:

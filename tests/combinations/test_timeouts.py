@@ -48,3 +48,44 @@ def test_s33_s39_abandoned_handlers_are_bounded_and_the_worker_says_so(
         wait_until(lambda: count("tests_note", "text = 'started'") == 2, timeout=8)
     assert max(samples) == 1
     assert any("abandoned at their timeout still run" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload", "expected"),
+    [
+        # Lease mode: two attempts, each abandoned at 0.5 s; each handler returns 2 s in.
+        ("tests.stubborn", {"seconds": 2.0}, [("retried", 1), ("dead", 2)]),
+        # Transaction mode: one attempt, its transaction ended 1 s past its 1 s timeout.
+        ("tests.atomic_python_hang", {"seconds": 3.0}, [("dead", 1)]),
+    ],
+)
+def test_s27_s33_a_run_abandoned_at_its_timeout_is_told_once_when_it_is_abandoned(
+    kind: str, payload: dict[str, Any], expected: list[tuple[str, int]]
+) -> None:
+    """job_finished (and job_dead) is sent once a run, when the worker abandons the
+    handler, with the timeout as its error; the handler that returns later, into a run
+    already recorded, is not told again."""
+    from django_pgjobs import signals
+
+    told: list[tuple[str, int, str | None, float]] = []
+
+    def on_finished(sender: str, **kwargs: Any) -> None:
+        handle = kwargs["handle"]
+        told.append((kwargs["outcome"], handle.attempt, kwargs["error"], kwargs["duration"]))
+
+    # The kind as a string of its own: a receiver of one kind hears it (KindSignal).
+    signals.job_finished.connect(on_finished, sender="".join(kind), dispatch_uid="test-told-once")
+    try:
+        job_id = Job.objects.enqueue(kind, payload).id
+        with running_worker(queues=["long"], concurrency=2, poll_interval=0.2) as worker:
+            wait_until(lambda: count("pgjobs_dead", f"id = {job_id}") == 1, timeout=15)
+            assert [(outcome, attempt) for outcome, attempt, _, _ in told] == expected
+            # Every abandoned handler returns, into a run already told.
+            wait_until(lambda: worker.pool.abandoned_running == 0, timeout=8)
+            time.sleep(0.3)
+    finally:
+        signals.job_finished.disconnect(sender=kind, dispatch_uid="test-told-once")
+    assert [(outcome, attempt) for outcome, attempt, _, _ in told] == expected
+    for _, _, error, duration in told:
+        assert error is not None and error.startswith("timed out after")
+        assert 0.4 < duration < 2.5  # the time to the cut, not to the handler's return
