@@ -36,10 +36,54 @@ from django_pgjobs.claims import (
 
 logger = logging.getLogger("django_pgjobs.signals")
 
-job_enqueued = Signal()
-job_started = Signal()
-job_finished = Signal()
-job_dead = Signal()
+#: One string object per kind a receiver was connected for (see KindSignal).
+_KINDS: dict[str, str] = {}
+
+
+class KindSignal(Signal):
+    """A signal whose sender is a job's kind, matched by its value.
+
+    Django matches a sender by identity (`id()`), and two equal strings are often two
+    objects: a kind read from a row is never the literal a receiver was connected with.
+    Every string sender is replaced by one object per kind, on both sides.
+    """
+
+    def connect(
+        self, receiver: Any, sender: Any = None, weak: bool = True, dispatch_uid: Any = None
+    ) -> None:
+        if isinstance(sender, str):
+            sender = _KINDS.setdefault(sender, sender)
+        super().connect(receiver, sender, weak, dispatch_uid)
+
+    def disconnect(
+        self, receiver: Any = None, sender: Any = None, dispatch_uid: Any = None
+    ) -> bool:
+        return super().disconnect(receiver, _kind(sender), dispatch_uid)
+
+    def has_listeners(self, sender: Any = None) -> bool:
+        return super().has_listeners(_kind(sender))
+
+    def send(self, sender: Any, **named: Any) -> list[tuple[Any, Any]]:
+        return super().send(_kind(sender), **named)
+
+    def send_robust(self, sender: Any, **named: Any) -> list[tuple[Any, Any]]:
+        return super().send_robust(_kind(sender), **named)
+
+    async def asend(self, sender: Any, **named: Any) -> list[tuple[Any, Any]]:
+        return await super().asend(_kind(sender), **named)
+
+    async def asend_robust(self, sender: Any, **named: Any) -> list[tuple[Any, Any]]:
+        return await super().asend_robust(_kind(sender), **named)
+
+
+def _kind(sender: Any) -> Any:
+    return _KINDS.get(sender, sender) if isinstance(sender, str) else sender
+
+
+job_enqueued = KindSignal()
+job_started = KindSignal()
+job_finished = KindSignal()
+job_dead = KindSignal()
 
 __all__ = [
     "CANCELLED",

@@ -236,3 +236,31 @@ class TestS5BulkInDocuments:
         assert run_in - 1 < seconds_from_now("run_after", first_a) <= run_in
         assert row(first_b, "payload")[0] == ({"v": 1} if on_conflict == "ignore" else {"v": 5})
         assert count() == 4
+
+
+class TestSignalsByKind:
+    def test_a_receiver_connected_for_one_kind_hears_that_kind_only(self) -> None:
+        """Django matches senders by identity; the kind a job is sent with is never the
+        string object a receiver was connected with, and it is heard all the same."""
+        from django_pgjobs import signals
+
+        heard: list[tuple[str, int]] = []
+
+        def on_enqueued(sender: str, **kwargs: object) -> None:
+            heard.append((sender, kwargs["job_id"]))  # type: ignore[arg-type]
+
+        kind = ".".join(["demo", "task"])  # not the object enqueue is given
+        signals.job_enqueued.connect(on_enqueued, sender=kind, dispatch_uid="test-by-kind")
+        try:
+            first = Job.objects.enqueue("demo.task").id
+            Job.objects.enqueue("demo.sync")
+            Job.objects.enqueue_many([{"kind": "demo.task"}, {"kind": "demo.bulk"}])
+            assert signals.job_enqueued.has_listeners("".join(["demo.", "task"]))
+            assert not signals.job_enqueued.has_listeners("demo.sync")
+        finally:
+            assert signals.job_enqueued.disconnect(
+                sender="".join(["demo", ".task"]), dispatch_uid="test-by-kind"
+            )
+        Job.objects.enqueue("demo.task")
+        assert [sender for sender, _ in heard] == ["demo.task", "demo.task"]
+        assert heard[0][1] == first
