@@ -82,6 +82,7 @@ class RunControl:
         "_hooks",
         "_lock",
         "_report",
+        "abandoned",
         "backend_pid",
         "carrier",
         "reason",
@@ -99,6 +100,9 @@ class RunControl:
         #: Called when a report waits, by the worker that carries reports to the
         #: database with its heartbeats (None: no worker; a report is written at once).
         self.carrier: Callable[[], None] | None = None
+        #: Set by the worker that gave up on the handler at its timeout (S33): whatever
+        #: the handler meets after (its transaction ended, say) is none of its business.
+        self.abandoned = False
         #: The database backend of a transaction-mode job's transaction while it runs:
         #: the worker cancels its statement at the job's timeout (S39).
         self.backend_pid: int | None = None

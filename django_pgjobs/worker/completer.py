@@ -193,9 +193,12 @@ class Completer:
         self._count_retries([handle for handle, _, _ in retries], recorded)
 
     def _count_retries(self, handles: list[JobHandle], recorded: int) -> None:
-        # A claim a cancel request bound (S38) was dead-lettered instead, and told.
-        cancelled = sum(1 for handle in handles if handle.cancelled)
-        spent = sum(1 for handle in handles if handle.is_last_attempt and not handle.cancelled)
+        # A claim a cancel request bound (S38) was dead-lettered instead, and told; one
+        # abandoned at its timeout was told to stop too, and is a retry all the same.
+        cancelled = sum(1 for handle in handles if _bound_by_cancel(handle))
+        spent = sum(
+            1 for handle in handles if handle.is_last_attempt and not _bound_by_cancel(handle)
+        )
         self.stats.dead += spent
         self.stats.retried += recorded - spent
         self.stats.cancelled += cancelled
@@ -316,3 +319,8 @@ class SetAside:
             self._let_go(handle)
         if handles and not self._held:
             self._backoff_s = 0.0
+
+
+def _bound_by_cancel(handle: JobHandle) -> bool:
+    """Whether a cancel (S32, S38), not the worker at a timeout (S33), stopped the run."""
+    return handle.cancelled and not handle.control.abandoned

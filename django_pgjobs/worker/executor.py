@@ -235,13 +235,14 @@ class Executor:
                 return reported
             return self._finish(handle, Verdict.CANCELLED, started)
         except DatabaseError as error:
-            logger.warning(
-                "job id=%s kind=%s attempt=%s: transaction mode could not commit: %s",
-                handle.id,
-                handle.kind,
-                handle.attempt,
-                describe(error),
-            )
+            if not handle.control.abandoned:  # else its backend was ended on purpose
+                logger.warning(
+                    "job id=%s kind=%s attempt=%s: transaction mode could not commit: %s",
+                    handle.id,
+                    handle.kind,
+                    handle.attempt,
+                    describe(error),
+                )
             if reported is not None:
                 # Its failure was reported; recording it failed with the transaction:
                 # the worker records it outside (a claim no longer current is refused).

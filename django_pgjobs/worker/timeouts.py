@@ -61,6 +61,7 @@ class Timeouts:
                 continue
             if not self.pool.abandon(running):
                 continue  # it finished just now: its outcome stands
+            running.handle.control.abandoned = True
             pid = running.handle.control.backend_pid
             if running.atomic and pid is not None:
                 self.jobs.end_backend(pid, using=self.using)

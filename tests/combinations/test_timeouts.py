@@ -60,11 +60,15 @@ def test_s33_s39_abandoned_handlers_are_bounded_and_the_worker_says_so(
     ],
 )
 def test_s27_s33_a_run_abandoned_at_its_timeout_is_told_once_when_it_is_abandoned(
-    kind: str, payload: dict[str, Any], expected: list[tuple[str, int]]
+    kind: str,
+    payload: dict[str, Any],
+    expected: list[tuple[str, int]],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """job_finished (and job_dead) is sent once a run, when the worker abandons the
     handler, with the timeout as its error; the handler that returns later, into a run
-    already recorded, is not told again."""
+    already recorded, is not told again, and says nothing of the transaction the
+    worker ended under it."""
     from django_pgjobs import signals
 
     told: list[tuple[str, int, str | None, float]] = []
@@ -77,7 +81,10 @@ def test_s27_s33_a_run_abandoned_at_its_timeout_is_told_once_when_it_is_abandone
     signals.job_finished.connect(on_finished, sender="".join(kind), dispatch_uid="test-told-once")
     try:
         job_id = Job.objects.enqueue(kind, payload).id
-        with running_worker(queues=["long"], concurrency=2, poll_interval=0.2) as worker:
+        with (
+            caplog.at_level(logging.INFO, logger="django_pgjobs"),
+            running_worker(queues=["long"], concurrency=2, poll_interval=0.2) as worker,
+        ):
             wait_until(lambda: count("pgjobs_dead", f"id = {job_id}") == 1, timeout=15)
             assert [(outcome, attempt) for outcome, attempt, _, _ in told] == expected
             # Every abandoned handler returns, into a run already told.
@@ -86,6 +93,17 @@ def test_s27_s33_a_run_abandoned_at_its_timeout_is_told_once_when_it_is_abandone
     finally:
         signals.job_finished.disconnect(sender=kind, dispatch_uid="test-told-once")
     assert [(outcome, attempt) for outcome, attempt, _, _ in told] == expected
+    said = [record.getMessage() for record in caplog.records]
+    assert sum(f"job dead id={job_id} " in line for line in said) == 1
+    assert not [line for line in said if "could not commit" in line or "job cancelled" in line]
+    # Counted as they were told: retries, then a dead letter; none cancelled, none lost.
+    stats = worker.stats
+    assert (stats.retried, stats.dead, stats.cancelled, stats.lost) == (
+        len(expected) - 1,
+        1,
+        0,
+        0,
+    )
     for _, _, error, duration in told:
         assert error is not None and error.startswith("timed out after")
         assert 0.4 < duration < 2.5  # the time to the cut, not to the handler's return
