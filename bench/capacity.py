@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.harness import Database, Figure, WorkerProcess
+from bench.harness import TICK_S, Database, Figure, WorkerProcess, proc_stat
 
 if TYPE_CHECKING:
     from bench.suite import Sizes
@@ -78,17 +78,13 @@ class Counters:
         }
 
 
-#: CPU time of the /proc counters, in seconds per tick.
-TICK_S = 1 / os.sysconf("SC_CLK_TCK")
-
-
 def server_cpu_s(postmaster: int | None) -> float | None:
     """CPU seconds the PostgreSQL server has spent so far: its postmaster's own and its
     reaped children's, and every live child's (None: not on this machine)."""
     if postmaster is None:
         return None
     try:
-        fields = _stat(postmaster)
+        fields = proc_stat(postmaster)
     except OSError:
         return None
     ticks = sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
@@ -96,18 +92,12 @@ def server_cpu_s(postmaster: int | None) -> float | None:
         if not entry.name.isdigit():
             continue
         try:
-            child = _stat(int(entry.name))
+            child = proc_stat(int(entry.name))
         except OSError:  # gone meanwhile
             continue
         if int(child[1]) == postmaster:
             ticks += int(child[11]) + int(child[12])
     return ticks * TICK_S
-
-
-def _stat(pid: int) -> list[str]:
-    """The fields of /proc/PID/stat after the command's name: state is [0], ppid [1]."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    return text[text.rindex(")") + 2 :].split()
 
 
 def postmaster_of(database: Database) -> int | None:
@@ -120,7 +110,7 @@ def postmaster_of(database: Database) -> int | None:
         backend = int(row[0]) if row else 0
         if Path(f"/proc/{backend}/comm").read_text().strip() != "postgres":
             return None
-        return int(_stat(backend)[1])
+        return int(proc_stat(backend)[1])
     except OSError:
         return None
 

@@ -276,3 +276,20 @@ def write_json(path: Path, figures: list[Figure], facts: dict[str, Any]) -> None
         "figures": [{**asdict(figure), "ratio": figure.ratio} for figure in figures],
     }
     path.write_text(json.dumps(payload, indent=2))
+
+
+#: CPU time of the /proc counters, in seconds per tick.
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def proc_stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name: state is [0], ppid [1],
+    utime [11], stime [12]. Raises OSError once the process is gone."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2 :].split()
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU seconds `pid` has spent (utime + stime). Raises OSError once it is gone."""
+    fields = proc_stat(pid)
+    return (int(fields[11]) + int(fields[12])) * TICK_S

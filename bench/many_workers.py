@@ -27,7 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from bench.harness import ROOT, WORKER_APP_NAME, Database, Figure, WorkerProcess, wait_for
+from bench.harness import (
+    ROOT,
+    WORKER_APP_NAME,
+    Database,
+    Figure,
+    WorkerProcess,
+    cpu_seconds,
+    wait_for,
+)
 
 if TYPE_CHECKING:
     from bench.suite import Sizes
@@ -426,10 +434,9 @@ def _settle_s(sizes: Sizes, poll_s: float) -> float:
 def _cpu_seconds(pid: int) -> float | None:
     """utime + stime of `pid` (None once it is gone)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
+        return cpu_seconds(pid)
+    except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _cpu_of(pids: list[int]) -> dict[int, float]:

@@ -13,7 +13,15 @@ from pathlib import Path
 import psycopg
 
 from bench import capacity, console, history, long, many_workers, plans, pressure, wake, workflows
-from bench.harness import WORKER_APP_NAME, Database, Figure, WorkerProcess, stop_all, wait_for
+from bench.harness import (
+    WORKER_APP_NAME,
+    Database,
+    Figure,
+    WorkerProcess,
+    cpu_seconds,
+    stop_all,
+    wait_for,
+)
 
 
 @dataclass(frozen=True)
@@ -645,9 +653,9 @@ def footprint(database: Database, sizes: Sizes) -> list[Figure]:
         wait_for(lambda: database.count() == 0, 60, what="the warm-up jobs")
         time.sleep(1)
         rss_mb = _rss_kb(worker.pid) / 1024
-        before = _cpu_seconds(worker.pid)
+        before = cpu_seconds(worker.pid)
         time.sleep(sizes.idle_seconds)
-        idle_cpu = (_cpu_seconds(worker.pid) - before) / sizes.idle_seconds * 100
+        idle_cpu = (cpu_seconds(worker.pid) - before) / sizes.idle_seconds * 100
     finally:
         worker.terminate()
         worker.cleanup()
@@ -671,12 +679,6 @@ def _rss_kb(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12])  # utime + stime
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 #: Worker processes of the poison benchmark, and one poison job per this many ordinary ones.
