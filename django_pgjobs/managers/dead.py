@@ -134,9 +134,7 @@ class DeadJobManager(models.Manager["DeadJob"]):
         with `strays_only`, those of the default partition alone (the range partitions
         are dropped whole, S44)."""
         statement = sql.PRUNE_STRAY_DEAD_IN_QUEUES if strays_only else sql.PRUNE_DEAD_IN_QUEUES
-        params = {"queues": list(queues), "retention_s": retention_s, "limit": limit}
-        ((pruned,),) = db.fetchall(statement, params, using)
-        return int(pruned)
+        return _prune(statement, queues, retention_s, limit, using)
 
     def prune_outside_queues(
         self,
@@ -153,9 +151,7 @@ class DeadJobManager(models.Manager["DeadJob"]):
         statement = (
             sql.PRUNE_STRAY_DEAD_OUTSIDE_QUEUES if strays_only else sql.PRUNE_DEAD_OUTSIDE_QUEUES
         )
-        params = {"queues": list(queues), "retention_s": retention_s, "limit": limit}
-        ((pruned,),) = db.fetchall(statement, params, using)
-        return int(pruned)
+        return _prune(statement, queues, retention_s, limit, using)
 
     def make_partitions(
         self, span_s: float, *, ahead: int | None = None, using: str | None = None
@@ -203,3 +199,11 @@ def _letter_filters(kind: str | None, queue: str | None, category: str | None) -
         "category": category,
         "dependency_prefix": DEPENDENCY_REASON_PREFIX,
     }
+
+
+def _prune(
+    statement: str, queues: Sequence[str], retention_s: float, limit: int, using: str | None
+) -> int:
+    params = {"queues": list(queues), "retention_s": retention_s, "limit": limit}
+    ((pruned,),) = db.fetchall(statement, params, using)
+    return int(pruned)
