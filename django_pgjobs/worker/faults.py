@@ -83,6 +83,22 @@ def describe(error: BaseException) -> str:
 RECONNECT_BACKOFF_CAP_S = 10.0
 
 
+#: The longest first wait, after one failure: most are one connection ended under a
+#: server that is up (pg_terminate_backend, a pooler's restart, an idle timeout), where
+#: waiting only delays the jobs; the jitter spreads a fleet's reconnections.
+FIRST_RECONNECT_S = 0.05
+
+
+def reconnect_delay(failures: int) -> float:
+    """How long to wait after the `failures`-th failed step in a row: at most
+    FIRST_RECONNECT_S after the first, then a slowly growing backoff, since a failover
+    takes seconds and a worker still backing off from its start would leave the new
+    primary idle (0.23-0.45, 0.34-0.68, 0.5-1 ... 5-10 s), each jittered."""
+    if failures <= 1:
+        return random.uniform(0.0, FIRST_RECONNECT_S)
+    return min(RECONNECT_BACKOFF_CAP_S, 0.2 * 1.5 ** min(failures, 12)) * random.uniform(0.5, 1.0)
+
+
 class Faults:
     """The worker's failed steps in a row: when to try the database again, and what to say.
 
@@ -106,10 +122,7 @@ class Faults:
     def failed(self, what: str, error: Exception) -> None:
         """Log a failed step, drop the connection, and back off before the next call."""
         self.failures += 1
-        # Slow growth: a failover takes seconds, and a worker still backing off from its
-        # start would leave the new primary idle (0.3, 0.45, 0.7, 1, 1.5, 2.3 ... 10 s).
-        delay = min(RECONNECT_BACKOFF_CAP_S, 0.2 * 1.5 ** min(self.failures, 12))
-        delay *= random.uniform(0.5, 1.0)
+        delay = reconnect_delay(self.failures)
         self.retry_at = time.monotonic() + delay
         refused = read_only(error)
         # The first failure of a streak is a warning, and so is the first read-only
@@ -120,17 +133,17 @@ class Faults:
         if refused:
             log(
                 "the database refused a write during %s: it is read-only (a standby after a "
-                "failover, or the URL of a replica?); reconnecting in %.1fs",
+                "failover, or the URL of a replica?); reconnecting in %.2fs",
                 what,
                 delay,
             )
         elif is_outage(error):
             log(
-                "database error during %s (%s); reconnecting in %.1fs", what, describe(error), delay
+                "database error during %s (%s); reconnecting in %.2fs", what, describe(error), delay
             )
         else:
             logger.error(
-                "unexpected error during %s (%s); trying again in %.1fs",
+                "unexpected error during %s (%s); trying again in %.2fs",
                 what,
                 describe(error),
                 delay,

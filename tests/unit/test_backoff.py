@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections import Counter
@@ -50,3 +51,21 @@ def test_s14_first_attempt_waits_base() -> None:
 def test_s14_rejects_a_bad_curve(base: int, cap: int) -> None:
     with pytest.raises(ValueError):
         Backoff(base_s=base, cap_s=cap)
+
+
+def test_a_worker_reconnects_at_once_after_one_failure_and_backs_off_after_more() -> None:
+    """One ended connection (the server is up) costs at most 50 ms of waiting; a streak
+    of failures (a restart, a failover) backs off, jittered, growing to the cap."""
+    import statistics
+
+    from django_pgjobs.worker.faults import RECONNECT_BACKOFF_CAP_S, reconnect_delay
+
+    firsts = [reconnect_delay(1) for _ in range(2000)]
+    assert min(firsts) >= 0 and max(firsts) <= 0.05
+    assert len({round(delay, 4) for delay in firsts}) > 100  # jittered, not one instant
+    medians = [statistics.median(reconnect_delay(n) for _ in range(200)) for n in range(2, 40)]
+    assert min(reconnect_delay(2) for _ in range(200)) >= 0.2
+    # Growing; at the cap the steps are equal, and the jitter may swap two medians.
+    assert all(later >= earlier * 0.8 for earlier, later in itertools.pairwise(medians))
+    assert medians[0] < 1 and medians[-1] > RECONNECT_BACKOFF_CAP_S / 2
+    assert max(reconnect_delay(n) for n in range(1, 100) for _ in range(20)) <= 10
