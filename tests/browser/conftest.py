@@ -53,29 +53,40 @@ def site(example_database: str) -> Iterator[str]:
         cwd=ROOT, env=environment, check=True, capture_output=True, timeout=60,
     )  # fmt: skip
     manage(example_database, "demo", "--timeout", "90")
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
+    server, url = serve(environment)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/admin/login/", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
         yield url
     finally:
         server.terminate()
         server.wait(10)
+
+
+def serve(environment: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    """`runserver` on a free port, answering; on another port when the one picked was
+    taken before the server bound it (another process of the CI picked it too)."""
+    deadline = time.monotonic() + 90  # a loaded CI starts Django slowly
+    while True:
+        port = free_port()
+        server = subprocess.Popen(
+            [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+            cwd=ROOT,
+            env=environment,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        url = f"http://127.0.0.1:{port}"
+        while server.poll() is None:
+            try:
+                urllib.request.urlopen(f"{url}/admin/login/", timeout=5)
+                return server, url
+            except OSError:
+                if time.monotonic() > deadline:
+                    server.terminate()
+                    server.wait(10)
+                    raise
+                time.sleep(0.2)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"runserver exited with {server.returncode} on every port tried")
 
 
 @pytest.fixture
