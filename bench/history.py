@@ -26,7 +26,6 @@ DAY_S = 86_400
 FILL_CHUNK = 1_000_000
 #: Dead letters' ids start far past the drains' jobs (both tables hold a job's id).
 ID_BASE = 10**11
-SAMPLES = 20
 
 #: A partition `k` spans back from the start of the current span (as the sweeper aligns
 #: them: on the epoch), `span` seconds each.
@@ -120,7 +119,7 @@ def history(database: Database, sizes: Sizes) -> list[Figure]:
     left = n - in_oldest - deleted
     partitions = len(ranges) - dropped
 
-    figures += _pages(left, partitions)
+    figures += _pages(left, partitions, sizes.page_samples)
     beside = _drains(database, sizes)
     database.reset_jobs()  # no letter: the same drains again, after
     empty_after = _drains(database, sizes)
@@ -183,9 +182,9 @@ def _seconds_since(database: Database, instant: Any) -> float:
     return float(since)
 
 
-def _pages(n: int, partitions: int) -> list[Figure]:
+def _pages(n: int, partitions: int, samples: int) -> list[Figure]:
     """The console's dead-letter pages, as a logged-in superuser's browser asks for
-    them: median of SAMPLES after a warm-up."""
+    them: median of `samples` after a warm-up."""
     from django.contrib.auth.models import User
     from django.test import Client
 
@@ -207,7 +206,7 @@ def _pages(n: int, partitions: int) -> list[Figure]:
         assert client.get(url).status_code == 200, url
         load = os.getloadavg()[0]
         timings = []
-        for _ in range(SAMPLES):
+        for _ in range(samples):
             started = time.perf_counter()
             assert client.get(url).status_code == 200, url
             timings.append(time.perf_counter() - started)
@@ -220,7 +219,7 @@ def _pages(n: int, partitions: int) -> list[Figure]:
                 "ms",
                 target="<= 100 ms",
                 met=median_ms <= 100,
-                details={"url": url, "samples": SAMPLES, "load_1min": round(load, 1)},
+                details={"url": url, "samples": samples, "load_1min": round(load, 1)},
             )
         )
     return figures

@@ -54,6 +54,8 @@ class Sizes:
     history_letters: int = 10_000_000
     history_drain: int = 50_000
     console_batch: int = 100_000
+    #: Timed loads of each console page (after one warm-up), of which the median.
+    page_samples: int = 20
     capacity_jobs: int = 20_000
     poison_ordinary: int = 10_000
     tasks: int = 20_000
@@ -102,6 +104,7 @@ SMOKE = Sizes(
     history_letters=5_000,
     history_drain=200,
     console_batch=500,
+    page_samples=3,
     capacity_jobs=500,
     poison_ordinary=500,
     tasks=500,
