@@ -46,6 +46,12 @@ def settle_s() -> float:
 PIN_END_SAMPLES = 5
 PIN_END_GAP_S = LOCK_WAIT_S / (PIN_END_SAMPLES - 2)
 
+#: Tries of the operator's restart or failover command, this far apart, before the run
+#: stops: an HA manager may refuse one for a moment (pg_auto_failover's monitor met a
+#: deadlock of its own on a failover asked right after another, in the CI).
+COMMAND_TRIES = 3
+COMMAND_RETRY_S = 2.0
+
 
 class HorizonPin(threading.Thread):
     """A connection of its own that holds the xmin horizon ("idle": an XID, "reader":
@@ -247,14 +253,24 @@ class Faults:
         self.state.on_event(f"{what}: {command}")
         began = self.state.clock()
         connections[self.state.alias].close()
-        completed = subprocess.run(
-            shlex.split(command), capture_output=True, text=True, timeout=300, check=False
-        )
-        if completed.returncode != 0:
-            raise ChaosAborted(
-                f"The {kind} command failed ({completed.returncode}): {command}\n"
-                f"{(completed.stderr or completed.stdout).strip()}"
+        for attempt in range(1, COMMAND_TRIES + 1):
+            completed = subprocess.run(
+                shlex.split(command), capture_output=True, text=True, timeout=300, check=False
             )
+            if completed.returncode == 0:
+                break
+            said = (completed.stderr or completed.stdout).strip()
+            if attempt == COMMAND_TRIES:
+                raise ChaosAborted(
+                    f"The {kind} command failed {COMMAND_TRIES} times (the last with "
+                    f"{completed.returncode}): {command}\n{said}"
+                )
+            last_line = said.splitlines()[-1] if said else ""
+            self.state.on_event(
+                f"the {kind} command failed ({completed.returncode}: {last_line}); "
+                f"trying again in {COMMAND_RETRY_S:g} s"
+            )
+            time.sleep(COMMAND_RETRY_S)
         self._record(kind, None, began)
         self._last_of[kind] = time.monotonic()
 

@@ -326,17 +326,17 @@ class TestFaultDealing:
     """The faults of a run are dealt in shuffled rounds: a short run meets every kind (a draw
     with replacement left one out in some 2 % of CI's 12 s runs)."""
 
-    def faults(self, kinds: tuple[str, ...], seed: int) -> Any:
+    def faults(self, kinds: tuple[str, ...], seed: int, failover: str = "true") -> Any:
         from random import Random
 
         from django_pgjobs.chaos.faults import Faults
         from django_pgjobs.chaos.state import RunState
 
-        # A command is needed for a restart or a failover; it is never run here.
+        # A command is needed for a restart or a failover; it is run only where said.
         config = ChaosConfig(
             faults=kinds,
             restart_command="true" if "restart" in kinds else None,
-            failover_command="true" if "failover" in kinds else None,
+            failover_command=failover if "failover" in kinds else None,
         )
         state = RunState(config, "r", "chaos.r", "default", Random(seed), lambda _line: None)
         return Faults(state, workers=None, load=None)  # type: ignore[arg-type]
@@ -353,6 +353,27 @@ class TestFaultDealing:
         kinds = ("kill", "stop", "ghost", "poison")
         first, second = self.faults(kinds, 7), self.faults(kinds, 7)
         assert [first.next_kind() for _ in range(12)] == [second.next_kind() for _ in range(12)]
+
+    @pytest.mark.django_db(transaction=True)  # the fault closes the run's connection
+    def test_a_failover_command_refused_once_is_tried_again_and_the_run_goes_on(
+        self, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An HA manager may refuse a failover for a moment (pg_auto_failover's monitor met
+        a deadlock of its own): tried again; refused every time, the run stops, saying so."""
+        from django_pgjobs.chaos import faults as chaos_faults
+        from django_pgjobs.chaos.config import ChaosAborted
+
+        monkeypatch.setattr(chaos_faults, "COMMAND_RETRY_S", 0.0)
+        flag = tmp_path / "refused-once"
+        refused_once = (
+            f"sh -c 'test -e {flag} || {{ touch {flag}; echo deadlock detected >&2; exit 6; }}'"
+        )
+        faults = self.faults(("failover", "ghost"), 1, failover=refused_once)
+        faults._database_command("failover")
+        assert flag.exists() and "failover" in faults._last_of
+        faults = self.faults(("failover", "ghost"), 1, failover="sh -c 'echo refused >&2; exit 6'")
+        with pytest.raises(ChaosAborted, match=r"failed 3 times (?s:.*)refused"):
+            faults._database_command("failover")
 
     @pytest.mark.parametrize("kind", ["restart", "failover"])
     def test_a_restart_or_failover_too_soon_gives_way_to_the_next_kind(self, kind: str) -> None:
