@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from django_pgjobs.testing.localdb import free_port
 from tests.example import example_env, manage
 from tests.spawn import ROOT
 
@@ -30,12 +30,6 @@ from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 
 #: The widths every console screenshot is taken at (the issue's 1,280 and 1,920 px).
 WIDTHS = (1280, 1920)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture
