@@ -1,4 +1,5 @@
-"""Run the benchmarks: `python -m bench [--smoke] [--only drain,wake] [--repeat 3] [--peers]`.
+"""Run the benchmarks: `python -m bench [--smoke] [--only drain,wake | --skip console]
+[--repeat 3] [--peers]`.
 
 Uses the PostgreSQL server of DATABASE_URL (a scratch database `pgjobs_bench`, or
 $PGJOBS_BENCH_DATABASE, is created on it and dropped afterwards), or a private embedded
@@ -29,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
         "--only", help=f"Comma-separated benchmarks to run, of {', '.join(BENCHMARKS)}."
     )
     parser.add_argument(
+        "--skip", help="Comma-separated benchmarks to leave out (the rest run, in order)."
+    )
+    parser.add_argument(
         "--repeat", type=int, default=1, help="Run each benchmark N times; report medians."
     )
     parser.add_argument("--json", type=Path, help="Write the JSON here too.")
@@ -38,10 +42,14 @@ def main(argv: list[str] | None = None) -> int:
         help="Also run PgQueuer (downloaded once into bench/.peers/) and print ratios to it.",
     )
     args = parser.parse_args(argv)
+    if args.only and args.skip:
+        parser.error("give --only or --skip, not both")
     names = args.only.split(",") if args.only else list(BENCHMARKS)
+    skipped = args.skip.split(",") if args.skip else []
+    names = [name for name in names if name not in skipped]
     if args.peers:  # the figures the peers are compared on
         names += [name for name in ("drain", "wake") if name not in names]
-    unknown = [name for name in names if name not in BENCHMARKS]
+    unknown = [name for name in [*names, *skipped] if name not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
     sizes = SMOKE if args.smoke else Sizes()
