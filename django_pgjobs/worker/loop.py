@@ -505,9 +505,12 @@ class Worker:
         now = time.monotonic()
         if not self.completer.flush_due(now) or self.faults.waiting(now):
             return
-        if self.completer.flush():
-            # A completion may have promoted a key's trigger or scheduled an immediate retry.
-            self.pacing.look_again()
+        self.completer.flush()
+        # A completion may have freed a workflow's child, promoted a key's trigger or
+        # scheduled an immediate retry: the next claim looks, whatever the flush left
+        # buffered (what it recorded is committed). The NOTIFY those statements send
+        # wakes other workers, not this one (Wakeup.wait).
+        self.pacing.look_again()
 
     def _last_flush(self) -> None:
         self.completer.flush(last=True)
@@ -569,7 +572,8 @@ class Worker:
 
     def _wait(self, timeout: float) -> None:
         # A NOTIFY of a queue paused on this worker alone does not wake it.
-        if self.wakeup.wait(timeout, self.pacing.claiming or self.options.queues):
+        queues = self.pacing.claiming or self.options.queues
+        if self.wakeup.wait(timeout, queues, db.backend_pid(self.options.using)):
             self.pacing.look_again()
         for job_id, token in self.wakeup.take_cancels():
             if self.leases.cancel(job_id, token, "cancelled"):

@@ -62,9 +62,15 @@ class Wakeup:
         with contextlib.suppress(OSError):
             os.write(self._write, b"!")
 
-    def wait(self, timeout: float, queues: Collection[str]) -> bool:
+    def wait(self, timeout: float, queues: Collection[str], own_pid: int | None = None) -> bool:
         """Sleep up to `timeout` seconds; return True when a job of `queues` may be there
-        to claim (a notification for one of them, or a LISTEN line just reconnected)."""
+        to claim (a notification for one of them, or a LISTEN line just reconnected).
+
+        A notification the loop's own connection sent (`own_pid`: its server process)
+        says nothing new: the loop looks again after each of its own statements that can
+        make a job runnable (an ack that frees a workflow's child, a retry, a rerun), and
+        its claim then sees what that statement committed. Waking on it too cost each
+        link of a chain a claim that found nothing."""
         maybe_more = self._ensure_listener()
         readable = [self._read]
         if self.listener.connected:
@@ -80,7 +86,7 @@ class Wakeup:
             except BlockingIOError:
                 pass
         if self.listener.connected and self.listener.fileno() in ready:
-            maybe_more = self._drain(queues) or maybe_more
+            maybe_more = self._drain(queues, own_pid) or maybe_more
         return maybe_more
 
     def take_cancels(self) -> list[tuple[int, uuid.UUID]]:
@@ -126,9 +132,9 @@ class Wakeup:
             self.poll_interval,
         )
 
-    def _drain(self, queues: Collection[str]) -> bool:
+    def _drain(self, queues: Collection[str], own_pid: int | None) -> bool:
         try:
-            notified = self.listener.drain()
+            notified = self.listener.drain(unless_from=own_pid)
         except psycopg.Error as error:
             logger.warning("LISTEN connection lost (%s); reconnecting", error)
             self.listener.close()
