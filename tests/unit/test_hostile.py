@@ -394,6 +394,13 @@ def _values_of_names(function: ast.FunctionDef) -> dict[str, list[ast.expr]]:
             for target in node.targets:
                 if isinstance(target, ast.Name):
                     values.setdefault(target.id, []).append(node.value)
+                elif (  # `query, names = positional(statement)`: the statement, renumbered
+                    isinstance(target, ast.Tuple)
+                    and isinstance(target.elts[0], ast.Name)
+                    and isinstance(node.value, ast.Call)
+                    and ast.unparse(node.value.func) == "positional"
+                ):
+                    values.setdefault(target.elts[0].id, []).append(node.value.args[0])
     for node in ast.walk(function):
         if not isinstance(node, ast.For | ast.comprehension):
             continue
@@ -431,14 +438,23 @@ def test_every_statement_the_package_runs_is_a_constant_of_sql_py() -> None:
                 if name not in _EXECUTING or path.name == "localdb.py":
                     continue
                 statement = node.args[_EXECUTING[name]]
-                where = f"{path.name}:{node.lineno}"
-                if isinstance(statement, ast.Name):
-                    if statement.id in assigned:
-                        assert all(_is_constant_sql(v) for v in assigned[statement.id]), where
-                    else:  # a helper's parameter: its callers are checked in turn
-                        assert statement.id == "statement" and "statement" in parameters, where
-                else:
-                    assert _is_constant_sql(statement), f"{where}: {ast.unparse(statement)}"
+                where = f"{path.name}:{node.lineno}: {ast.unparse(statement)}"
+                assert _resolves_to_constant(statement, assigned, parameters), where
+
+
+def _resolves_to_constant(
+    value: ast.expr, assigned: dict[str, list[ast.expr]], parameters: set[str], depth: int = 0
+) -> bool:
+    """Whether `value` is constant SQL, or a name that holds only constant SQL, or a
+    helper's `statement` parameter (its callers are checked in turn)."""
+    if _is_constant_sql(value):
+        return True
+    if not isinstance(value, ast.Name) or depth > 3:
+        return False
+    if value.id in assigned:
+        held = assigned[value.id]
+        return all(_resolves_to_constant(v, assigned, parameters, depth + 1) for v in held)
+    return value.id == "statement" and "statement" in parameters
 
 
 def test_helpers_taking_a_statement_are_only_given_constants() -> None:

@@ -544,3 +544,31 @@ def test_every_statement_that_writes_a_dead_letter_names_its_category() -> None:
             assert all("category" not in named for named in columns), name
         else:
             assert all("category" in named for named in columns), name
+
+
+class TestPositionalPlaceholders:
+    """The statements go to PostgreSQL with its own placeholders (db.connection.positional),
+    numbered once per statement: what psycopg would send for the named ones."""
+
+    def test_each_name_is_one_number_in_its_first_place_and_percent_signs_are_kept(self) -> None:
+        from django_pgjobs.db.connection import positional
+
+        query, names = positional(
+            "SELECT %(b)s, %(a)s, %(b)s::int, 'x%%', %(a_1)s WHERE n LIKE '%%y'"
+        )
+        assert query == "SELECT $1, $2, $1::int, 'x%', $3 WHERE n LIKE '%y'"
+        assert names == ("b", "a", "a_1")
+
+    @pytest.mark.django_db
+    def test_every_statement_runs_with_its_values_where_psycopg_would_put_them(self) -> None:
+        from django_pgjobs.db import connection as db
+
+        rows = db.fetchall(
+            "SELECT %(text)s::text, %(number)s::int + %(number)s::int, %(ids)s::bigint[],"
+            " '100%%'",
+            {"ids": [3, 1], "number": 20, "text": "it's %(not)s a placeholder", "unused": 1},
+            None,
+        )
+        assert rows == [("it's %(not)s a placeholder", 40, [3, 1], "100%")]
+        with pytest.raises(KeyError):
+            db.fetchall("SELECT %(missing)s::int", {}, None)
