@@ -4,22 +4,32 @@
 Uses the PostgreSQL server of DATABASE_URL (a scratch database `pgjobs_bench`, or
 $PGJOBS_BENCH_DATABASE, is created on it and dropped afterwards), or a private embedded
 one when DATABASE_URL is unset.
-With --peers, PgQueuer (pinned) is installed into a venv of its own under bench/.peers/
-and measured in the same run on a scratch database of its own; our drain and wake
-figures are then printed as ratios to its.
+With --peers, PgQueuer (pinned) is installed into a venv of its own under bench/.peers/,
+and graphile-worker (pinned) from npm beside it (needs Node), and each is measured in the
+same run on a scratch database of its own; our drain and wake figures are then printed as
+ratios to PgQueuer's, and our wake-up to graphile-worker's.
 Prints a table and writes JSON to bench/results/.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.harness import ROOT, Database, Figure, machine_facts, render_table, write_json
+from bench.harness import (
+    ROOT,
+    Database,
+    Figure,
+    machine_facts,
+    measured,
+    render_table,
+    write_json,
+)
 from bench.suite import BENCHMARKS, SMOKE, Sizes
 
 
@@ -39,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--peers",
         action="store_true",
-        help="Also run PgQueuer (downloaded once into bench/.peers/) and print ratios to it.",
+        help="Also run PgQueuer and graphile-worker (downloaded once into bench/.peers/) and "
+        "print ratios to them.",
     )
     args = parser.parse_args(argv)
     if args.only and args.skip:
@@ -79,18 +90,36 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             started = time.monotonic()
             print(f"-- {name} ...", file=sys.stderr, flush=True)
-            runs = [BENCHMARKS[name](database, sizes) for _ in range(args.repeat)]
+            benchmark = BENCHMARKS[name]
+            runs = [
+                measured(functools.partial(benchmark, database, sizes)) for _ in range(args.repeat)
+            ]
             figures.extend(_medians(runs))
             print(f"   {name} took {time.monotonic() - started:.0f} s", file=sys.stderr)
         if args.peers:
-            from bench.peers import PEER, compare, pgqueuer
+            from bench.peers import GRAPHILE, PEER, compare, compare_wake, graphile, pgqueuer
 
             started = time.monotonic()
             print(f"-- {PEER} ...", file=sys.stderr, flush=True)
-            theirs = _medians([pgqueuer(database, sizes) for _ in range(args.repeat)])
+            theirs = _medians(
+                [measured(functools.partial(pgqueuer, database, sizes)) for _ in range(args.repeat)]
+            )
             print(f"   {PEER} took {time.monotonic() - started:.0f} s", file=sys.stderr)
-            figures.extend([*theirs, *compare(figures, theirs)])
-            facts["peers"] = {"pgqueuer": PEER}
+            started = time.monotonic()
+            print(f"-- {GRAPHILE} ...", file=sys.stderr, flush=True)
+            graphiles = _medians(
+                [measured(functools.partial(graphile, database, sizes)) for _ in range(args.repeat)]
+            )
+            print(f"   {GRAPHILE} took {time.monotonic() - started:.0f} s", file=sys.stderr)
+            figures.extend(
+                [
+                    *theirs,
+                    *graphiles,
+                    *compare(figures, theirs),
+                    *compare_wake(figures, graphiles, GRAPHILE),
+                ]
+            )
+            facts["peers"] = {"pgqueuer": PEER, "graphile": GRAPHILE}
     finally:
         from django.db import connections
 

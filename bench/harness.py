@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -229,8 +229,20 @@ def machine_facts() -> dict[str, Any]:
     }
 
 
+def measured(run: Callable[[], list[Figure]]) -> list[Figure]:
+    """The figures of `run`, each with the machine's 1-minute load average at the run's
+    start and end in its details ("load": "0.4-1.2"): a figure taken on a loaded machine
+    says so beside it."""
+    before = os.getloadavg()[0]
+    figures = run()
+    load = f"{before:.1f}-{os.getloadavg()[0]:.1f}"
+    for figure in figures:
+        figure.details.setdefault("load", load)
+    return figures
+
+
 def render_table(figures: list[Figure]) -> str:
-    header = ("benchmark", "figure", "value", "ceiling", "ratio", "target", "met")
+    header = ("benchmark", "figure", "value", "ceiling", "ratio", "target", "met", "load")
     rows = [header]
     for figure in figures:
         rows.append(
@@ -242,6 +254,7 @@ def render_table(figures: list[Figure]) -> str:
                 _ratio(figure),
                 figure.target,
                 {True: "yes", False: "NO", None: ""}[figure.met],
+                str(figure.details.get("load", "")),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]

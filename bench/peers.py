@@ -1,21 +1,27 @@
-"""The fastest peer in the same run (`python -m bench --peers`): PgQueuer, pinned,
-installed into a venv of its own under bench/.peers/ (gitignored), its schema installed
-by its own API in a scratch database of its own, its worker started as its users start
-it (`pgq run`), and each of our figures printed as a ratio to its.
+"""Peers in the same run (`python -m bench --peers`), each pinned, installed under
+bench/.peers/ (gitignored), its schema installed by its own API in a scratch database of
+its own, its worker started as its users start it, and each of our figures printed as a
+ratio to its:
 
-PgQueuer's side is bench/pgqueuer_peer.py, run by that venv's interpreter. The pure
-pieces here (`compare`, `percentiles`, `drain_rate`) are unit-tested.
+- PgQueuer, the fastest at draining: into a venv of its own; its side is
+  bench/pgqueuer_peer.py, run by that venv's interpreter (`pgq run` for its worker);
+- graphile-worker, the fastest at waking: from the npm registry, run by Node; its side
+  is bench/graphile_peer.cjs (its `run` for its worker). Only its wake-up is compared.
+
+The pure pieces here (`compare`, `compare_wake`, `percentiles`, `drain_rate`) are
+unit-tested.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -38,6 +44,9 @@ PEER_SCRIPT = ROOT / "bench" / "pgqueuer_peer.py"
 #: PgQueuer's drain grid: (processes, batch size); batch 10 is its default.
 PGQUEUER_GRID = ((1, 10), (1, 100), (2, 10), (2, 100))
 PEER = f"PgQueuer {PGQUEUER_VERSION}"
+GRAPHILE_VERSION = "0.17.3"
+GRAPHILE = f"graphile-worker {GRAPHILE_VERSION}"
+GRAPHILE_SCRIPT = ROOT / "bench" / "graphile_peer.cjs"
 
 
 def percentiles(latencies_ms: Iterable[float]) -> dict[str, float]:
@@ -141,6 +150,82 @@ def compare(ours: list[Figure], theirs: list[Figure]) -> list[Figure]:
     return compared
 
 
+def compare_wake(ours: list[Figure], theirs: list[Figure], peer: str) -> list[Figure]:
+    """Our wake-up (commit -> handler) beside a peer's `wake p50` / `wake p99`, as
+    `compare` sets them (ratio ours / theirs, lower is better); the p50 is met when ours
+    is at or below its (issue 28's target against graphile-worker)."""
+    compared = []
+    for name, at_most in (("p50", True), ("p99", False)):
+        mine = _find(ours, "wake", name)
+        theirs_ = next((f for f in theirs if f.name == f"wake {name}"), None)
+        if mine is None or theirs_ is None:
+            continue
+        compared.append(
+            Figure(
+                f"vs {peer}",
+                f"wake {name}, commit -> handler (lower is better)",
+                mine.value,
+                mine.unit,
+                ceiling=theirs_.value,
+                target="<= 1x" if at_most else "",
+                met=mine.value <= theirs_.value if at_most else None,
+                details={
+                    "ours": f"{mine.benchmark}: {mine.name}",
+                    "theirs": theirs_.name,
+                    "higher is better": False,
+                },
+                ratio_style="times",
+            )
+        )
+    return compared
+
+
+def wake_latencies(
+    start_worker: Callable[[Path], subprocess.Popen[str]],
+    trickle: Callable[[int, float], str],
+    jobs: int,
+    gap_s: float,
+    who: str,
+) -> list[float]:
+    """A peer's wake-up, commit -> handler in ms: its idle worker (started with the file
+    its `stamp` handler writes "job_id wall_clock" lines to), then `jobs` single
+    enqueues `gap_s` apart, each its own transaction (`trickle` returns {job id: commit
+    wall clock} as JSON). One job first, not measured: once its stamp is there, the
+    worker listens."""
+    with tempfile.NamedTemporaryFile("r", suffix=".stamps", delete=False) as stamps:
+        path = Path(stamps.name)
+    worker = start_worker(path)
+    try:
+        trickle(1, 0)
+        wait_for(lambda: _lines(path) >= 1, timeout=60, what=f"{who}'s first stamp")
+        time.sleep(0.5)
+        committed = json.loads(trickle(jobs, gap_s))
+        wait_for(lambda: _lines(path) >= jobs + 1, 60, what=f"every {who} stamp")
+    finally:
+        worker.terminate()
+        try:
+            worker.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.communicate()
+    started = dict(line.split() for line in path.read_text().splitlines())
+    path.unlink(missing_ok=True)
+    return [(float(started[job_id]) - at) * 1000 for job_id, at in committed.items()]
+
+
+def _scratch_database(admin_url: str, name: str) -> str:
+    """(Re)create database `name` on the server of `admin_url`; its URL."""
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return urlunsplit(urlsplit(admin_url)._replace(path=f"/{name}"))
+
+
+def _drop_database(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 class PgQueuerPeer:
     """PgQueuer in its own venv, on a scratch database of its own on our server."""
 
@@ -162,14 +247,11 @@ class PgQueuerPeer:
                 [str(self.venv / "bin" / "pip"), "install", "-q", *PGQUEUER_REQUIREMENTS],
                 check=True,
             )
-        with psycopg.connect(self.admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
-            admin.execute(f'CREATE DATABASE "{self.name}"')
+        _scratch_database(self.admin_url, self.name)
         self._script("install")
 
     def drop(self) -> None:
-        with psycopg.connect(self.admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+        _drop_database(self.admin_url, self.name)
 
     # Measurements ------------------------------------------------------------------
 
@@ -190,26 +272,13 @@ class PgQueuerPeer:
     def wake(self, jobs: int, gap_s: float) -> list[float]:
         """An idle `pgq run` worker; `jobs` single enqueues; commit -> handler, in ms."""
         self._script("reset")
-        with tempfile.NamedTemporaryFile("r", suffix=".stamps", delete=False) as stamps:
-            path = Path(stamps.name)
-        worker = self._worker(env={"PEER_STAMPS": str(path)})
-        try:
-            # One job first, not measured: when its stamp is there, the worker listens.
-            self._script("trickle", "1", "0")
-            wait_for(lambda: _lines(path) >= 1, timeout=60, what="PgQueuer's first stamp")
-            time.sleep(0.5)
-            committed = json.loads(self._script("trickle", str(jobs), str(gap_s)))
-            wait_for(lambda: _lines(path) >= jobs + 1, 60, what="every PgQueuer stamp")
-        finally:
-            worker.terminate()
-            try:
-                worker.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.communicate()
-        started = dict(line.split() for line in path.read_text().splitlines())
-        path.unlink(missing_ok=True)
-        return [(float(started[job_id]) - at) * 1000 for job_id, at in committed.items()]
+        return wake_latencies(
+            lambda path: self._worker(env={"PEER_STAMPS": str(path)}),
+            lambda n, gap: self._script("trickle", str(n), str(gap)),
+            jobs,
+            gap_s,
+            "PgQueuer",
+        )
 
     # Plumbing ----------------------------------------------------------------------
 
@@ -240,6 +309,92 @@ class PgQueuerPeer:
             stderr=subprocess.PIPE,
             text=True,
         )
+
+
+class GraphilePeer:
+    """graphile-worker under Node, installed from npm, on a scratch database of its own."""
+
+    def __init__(self, database: Database) -> None:
+        self.admin_url = database.admin_url
+        self.name = os.environ.get("PGJOBS_BENCH_GRAPHILE_DATABASE", f"{BENCH_DATABASE}_graphile")
+        self.url = ""
+        self.modules = PEERS_DIR / f"graphile-worker-{GRAPHILE_VERSION}" / "node_modules"
+
+    def prepare(self) -> None:
+        """Install graphile-worker with npm (once), create its database, migrate it."""
+        missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+        if missing:
+            raise RuntimeError(
+                f"{GRAPHILE} runs under Node: install {' and '.join(missing)} (Debian: "
+                "apt-get install nodejs npm), or leave out --peers"
+            )
+        if not (self.modules / "graphile-worker").exists():
+            print(f"   installing {GRAPHILE} into {self.modules.parent}", file=sys.stderr)
+            self.modules.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run(
+                ["npm", "install", "--no-audit", "--no-fund", "--silent",
+                 f"graphile-worker@{GRAPHILE_VERSION}"],
+                cwd=self.modules.parent,
+                check=True,
+                timeout=600,
+            )  # fmt: skip
+        self.url = _scratch_database(self.admin_url, self.name)
+        self._script("install")
+
+    def drop(self) -> None:
+        _drop_database(self.admin_url, self.name)
+
+    def wake(self, jobs: int, gap_s: float) -> list[float]:
+        """An idle worker at its defaults; `jobs` single add_job calls; commit -> task."""
+        return wake_latencies(
+            lambda path: subprocess.Popen(
+                ["node", str(GRAPHILE_SCRIPT), "run"],
+                env=self._env({"PEER_STAMPS": str(path)}),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+            lambda n, gap: self._script("trickle", str(n), str(gap)),
+            jobs,
+            gap_s,
+            "graphile-worker",
+        )
+
+    def _env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO", "PGJOBS"))}
+        return {**env, "DATABASE_URL": self.url, "NODE_PATH": str(self.modules), **(extra or {})}
+
+    def _script(self, *args: str) -> str:
+        done = subprocess.run(
+            ["node", str(GRAPHILE_SCRIPT), *args],
+            env=self._env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"graphile_peer.cjs {' '.join(args)}:\n{done.stderr[-3000:]}")
+        return done.stdout
+
+
+def graphile(database: Database, sizes: Sizes) -> list[Figure]:
+    """graphile-worker's wake latency with as many jobs and the same gap as ours."""
+    peer = GraphilePeer(database)
+    peer.prepare()
+    try:
+        latencies = peer.wake(sizes.wake_jobs, sizes.wake_gap_s)
+    finally:
+        peer.drop()
+    details = {
+        "jobs": sizes.wake_jobs,
+        "gap_ms": sizes.wake_gap_s * 1000,
+        "worker": "run() at its defaults (concurrency 1, LISTEN, 2 s poll)",
+        "enqueue": "graphile_worker.add_job, one per transaction",
+    }
+    return [
+        Figure("graphile", f"wake {name}", value, "ms", details=details)
+        for name, value in percentiles(latencies).items()
+    ]
 
 
 def _lines(path: Path) -> int:

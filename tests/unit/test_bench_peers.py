@@ -1,13 +1,14 @@
 """The pure logic of `python -m bench --peers` (bench/peers.py): which of our figures is
-set beside which of PgQueuer's, the ratio the table shows, the latency percentiles and
-the drain rate read from PgQueuer's log. The peer itself is not run here (it downloads)."""
+set beside which of PgQueuer's and graphile-worker's, the ratio the table shows, the
+latency percentiles and the drain rate read from PgQueuer's log. The peers themselves
+are not run here (they download)."""
 
 from __future__ import annotations
 
 import pytest
 
 from bench.harness import Figure, render_table
-from bench.peers import PEER, compare, drain_rate, percentiles
+from bench.peers import GRAPHILE, PEER, compare, compare_wake, drain_rate, percentiles
 
 OURS = [
     Figure("drain", "1 process, default settings, fresh table", 12_000, "jobs/s"),
@@ -77,3 +78,42 @@ def test_drain_rate_is_jobs_over_first_pick_to_last_success_and_refuses_a_short_
     assert drain_rate(window, 20_000) == 5_000
     with pytest.raises(RuntimeError, match="19999 of 20000"):
         drain_rate({**window, "successful": 19_999}, 20_000)
+
+
+def test_compare_wake_sets_ours_beside_graphiles_and_meets_at_or_below_its_p50():
+    graphile = [
+        Figure("graphile", "wake p50", 1.6, "ms"),
+        Figure("graphile", "wake p95", 2.0, "ms"),
+        Figure("graphile", "wake p99", 4.6, "ms"),
+    ]
+    compared = by_name(compare_wake(OURS, graphile, GRAPHILE))
+    assert set(compared) == {
+        "wake p50, commit -> handler (lower is better)",
+        "wake p99, commit -> handler (lower is better)",
+    }
+    p50 = compared["wake p50, commit -> handler (lower is better)"]
+    assert (p50.value, p50.ceiling, p50.met) == (1.0, 1.6, True)
+    assert p50.benchmark == f"vs {GRAPHILE}"
+    p99 = compared["wake p99, commit -> handler (lower is better)"]
+    assert (p99.ratio, p99.met) == (pytest.approx(3.0 / 4.6), None)
+    slower = [Figure("wake", "p50", 1.7, "ms")]
+    assert (
+        by_name(compare_wake(slower, graphile, GRAPHILE))[
+            "wake p50, commit -> handler (lower is better)"
+        ].met
+        is False
+    )
+    assert compare_wake(OURS, [], GRAPHILE) == []
+
+
+def test_every_measured_figure_carries_the_load_it_was_taken_at_and_the_table_shows_it():
+    from bench.harness import measured
+
+    figures = measured(lambda: [Figure("drain", "x", 1.0, "jobs/s")])
+    low, high = (float(part) for part in figures[0].details["load"].split("-"))
+    assert low >= 0 and high >= 0
+    table = render_table(figures)
+    assert table.splitlines()[0].split()[-1] == "load"
+    assert table.splitlines()[-1].endswith(figures[0].details["load"])
+    kept = measured(lambda: [Figure("drain", "y", 1.0, "jobs/s", details={"load": "given"})])
+    assert kept[0].details["load"] == "given"
