@@ -564,8 +564,7 @@ class TestPositionalPlaceholders:
         from django_pgjobs.db import connection as db
 
         rows = db.fetchall(
-            "SELECT %(text)s::text, %(number)s::int + %(number)s::int, %(ids)s::bigint[],"
-            " '100%%'",
+            "SELECT %(text)s::text, %(number)s::int + %(number)s::int, %(ids)s::bigint[], '100%%'",
             {"ids": [3, 1], "number": 20, "text": "it's %(not)s a placeholder", "unused": 1},
             None,
         )
