@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     skipped = args.skip.split(",") if args.skip else []
     names = [name for name in names if name not in skipped]
     if args.peers:  # the figures the peers are compared on
-        names += [name for name in ("drain", "wake") if name not in names]
+        names += [name for name in ("enqueue", "drain", "wake") if name not in names]
     unknown = [name for name in [*names, *skipped] if name not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")

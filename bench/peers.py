@@ -108,6 +108,20 @@ def compare(ours: list[Figure], theirs: list[Figure]) -> list[Figure]:
             True,
         ),
         (
+            "enqueue, one per transaction (autocommit)",
+            _find(ours, "enqueue", "enqueue, one per transaction (autocommit)"),
+            _find(theirs, "pgqueuer", "enqueue, one per transaction (autocommit)"),
+            1.0,
+            True,
+        ),
+        (
+            "enqueue, bulk (enqueue_many / its enqueue of lists)",
+            _find(ours, "enqueue", "enqueue_many"),
+            _find(theirs, "pgqueuer", "enqueue, bulk"),
+            1.0,
+            True,
+        ),
+        (
             "wake p50, commit -> handler (lower is better)",
             _find(ours, "wake", "p50"),
             _find(theirs, "pgqueuer", "wake p50"),
@@ -269,6 +283,14 @@ class PgQueuerPeer:
                 raise RuntimeError(f"pgq run exited {worker.returncode}:\n{err[-3000:]}")
         return drain_rate(json.loads(self._script("window")), n)
 
+    def enqueue_rates(self, singles: int, bulk: int) -> dict[str, float]:
+        """Jobs per second of its enqueue one per transaction (autocommit), and of its
+        bulk enqueue, on an empty table."""
+        self._script("reset")
+        rates: dict[str, float] = json.loads(self._script("rates", str(singles), str(bulk)))
+        self._script("reset")
+        return rates
+
     def wake(self, jobs: int, gap_s: float) -> list[float]:
         """An idle `pgq run` worker; `jobs` single enqueues; commit -> handler, in ms."""
         self._script("reset")
@@ -403,7 +425,8 @@ def _lines(path: Path) -> int:
 
 def pgqueuer(database: Database, sizes: Sizes) -> list[Figure]:
     """PgQueuer's drain (batch 10 and 100, 1 and 2 processes) of as many jobs as ours, on
-    a fresh table, and its wake latency with as many jobs and the same gap as ours."""
+    a fresh table; its enqueue, one per transaction and in bulk, of as many as ours; and
+    its wake latency with as many jobs and the same gap as ours."""
     peer = PgQueuerPeer(database)
     peer.prepare()
     try:
@@ -424,6 +447,23 @@ def pgqueuer(database: Database, sizes: Sizes) -> list[Figure]:
                     },
                 )
             )
+        rates = peer.enqueue_rates(sizes.enqueue_singles, sizes.enqueue_many)
+        figures += [
+            Figure(
+                "pgqueuer",
+                "enqueue, one per transaction (autocommit)",
+                rates["single"],
+                "jobs/s",
+                details={"jobs": sizes.enqueue_singles, "api": "Queries.enqueue of one job"},
+            ),
+            Figure(
+                "pgqueuer",
+                "enqueue, bulk",
+                rates["bulk"],
+                "jobs/s",
+                details={"jobs": sizes.enqueue_many, "api": "Queries.enqueue of lists"},
+            ),
+        ]
         latencies = peer.wake(sizes.wake_jobs, sizes.wake_gap_s)
         details = {"jobs": sizes.wake_jobs, "gap_ms": sizes.wake_gap_s * 1000}
         for name, value in percentiles(latencies).items():

@@ -6,6 +6,7 @@
     python pgqueuer_peer.py fill N            # N no-op jobs through its bulk enqueue
     python pgqueuer_peer.py window            # the drain's first pick .. last success
     python pgqueuer_peer.py trickle N GAP_S   # N single enqueues, one every GAP_S seconds
+    python pgqueuer_peer.py rates N M         # N single enqueues, then M in bulk: jobs/s
     pgq run pgqueuer_peer:factory --mode drain --batch-size B   # its worker, as users run it
 
 The DSN comes from PGDSN (PgQueuer's own variable); stamps of the `stamp` handler go to
@@ -135,6 +136,26 @@ async def trickle(n: int, gap_s: float) -> None:
         await connection.close()
 
 
+async def rates(singles: int, bulk: int) -> None:
+    """Print {"single", "bulk"}: jobs per second of `singles` enqueues one at a time (each
+    its own transaction, as `trickle`), then of `bulk` jobs through its bulk enqueue in
+    chunks of FILL_CHUNK, as `fill`."""
+    connection = await _connect()
+    try:
+        queries = Queries(AsyncpgDriver(connection))
+        started = time.perf_counter()
+        for _ in range(singles):
+            await queries.enqueue("noop", None)
+        single = singles / (time.perf_counter() - started)
+        started = time.perf_counter()
+        for first in range(0, bulk, FILL_CHUNK):
+            size = min(FILL_CHUNK, bulk - first)
+            await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
+        print(json.dumps({"single": single, "bulk": bulk / (time.perf_counter() - started)}))
+    finally:
+        await connection.close()
+
+
 def main(argv: list[str]) -> int:
     command, *args = argv
     if command == "install":
@@ -147,6 +168,8 @@ def main(argv: list[str]) -> int:
         asyncio.run(window())
     elif command == "trickle":
         asyncio.run(trickle(int(args[0]), float(args[1])))
+    elif command == "rates":
+        asyncio.run(rates(int(args[0]), int(args[1])))
     else:
         raise SystemExit(f"unknown command {command!r}")
     return 0

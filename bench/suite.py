@@ -163,7 +163,7 @@ def enqueue(database: Database, sizes: Sizes) -> list[Figure]:
     n = sizes.enqueue_singles
     block = max(1, n // ENQUEUE_BLOCKS)
     connection.ensure_connection()
-    ceiling_s = django_s = ours_s = 0.0
+    ceiling_s = django_s = ours_s = autocommit_s = 0.0
     with psycopg.connect(database.url) as conn:  # not autocommit: INSERT, then commit
         # Blocks of each in turn, so that a drift of the machine weighs on all alike.
         for _ in range(ENQUEUE_BLOCKS):
@@ -185,9 +185,15 @@ def enqueue(database: Database, sizes: Sizes) -> list[Figure]:
                 with transaction.atomic():
                     Job.objects.enqueue("bench.noop", {"i": i})
             ours_s += time.perf_counter() - started
+            database.reset_jobs()
+            started = time.perf_counter()
+            for i in range(block):  # outside any transaction: one statement each
+                Job.objects.enqueue("bench.noop", {"i": i})
+            autocommit_s += time.perf_counter() - started
     ceiling = block * ENQUEUE_BLOCKS / ceiling_s
     django_rate = block * ENQUEUE_BLOCKS / django_s
     rate = block * ENQUEUE_BLOCKS / ours_s
+    autocommit_rate = block * ENQUEUE_BLOCKS / autocommit_s
     database.reset_jobs()
     many = [{"kind": "bench.noop", "payload": {"i": i}} for i in range(sizes.enqueue_many)]
     started = time.perf_counter()
@@ -212,6 +218,19 @@ def enqueue(database: Database, sizes: Sizes) -> list[Figure]:
                 "the same INSERT in transaction.atomic() (% of ceiling)": round(
                     100 * django_rate / ceiling
                 ),
+            },
+        ),
+        Figure(
+            "enqueue",
+            "enqueue, one per transaction (autocommit)",
+            autocommit_rate,
+            "jobs/s",
+            ceiling=ceiling,
+            details={
+                "jobs": block * ENQUEUE_BLOCKS,
+                "blocks": ENQUEUE_BLOCKS,
+                "how": "Job.objects.enqueue outside any transaction: its INSERT commits alone"
+                " (as PgQueuer's single enqueue, which --peers sets beside it)",
             },
         ),
         Figure(

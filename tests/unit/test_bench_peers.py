@@ -117,3 +117,20 @@ def test_every_measured_figure_carries_the_load_it_was_taken_at_and_the_table_sh
     assert table.splitlines()[-1].endswith(figures[0].details["load"])
     kept = measured(lambda: [Figure("drain", "y", 1.0, "jobs/s", details={"load": "given"})])
     assert kept[0].details["load"] == "given"
+
+
+def test_compare_sets_our_enqueues_beside_pgqueuers_of_the_same_shape():
+    ours = [
+        Figure("enqueue", "enqueue in transaction.atomic()", 900, "jobs/s"),
+        Figure("enqueue", "enqueue, one per transaction (autocommit)", 2_000, "jobs/s"),
+        Figure("enqueue", "enqueue_many", 40_000, "jobs/s"),
+    ]
+    theirs = [
+        Figure("pgqueuer", "enqueue, one per transaction (autocommit)", 1_875, "jobs/s"),
+        Figure("pgqueuer", "enqueue, bulk", 50_000, "jobs/s"),
+    ]
+    compared = by_name(compare(ours, theirs))
+    single = compared["enqueue, one per transaction (autocommit)"]
+    assert (single.value, single.ceiling, single.met) == (2_000, 1_875, True)
+    bulk = compared["enqueue, bulk (enqueue_many / its enqueue of lists)"]
+    assert (bulk.ratio, bulk.met) == (0.8, False)
