@@ -80,19 +80,15 @@ class Listener:
             raise RuntimeError("The listener is not connected.")
         return self._conn.fileno()
 
-    def drain(self, *, unless_from: int | None = None) -> set[str]:
-        """Return the payloads (queue names) received since the last call, without waiting,
-        but those the backend of process id `unless_from` sent.
+    def drain(self) -> set[tuple[int, str]]:
+        """Return the notifications received since the last call, without waiting: each
+        as (the process id of the server backend that sent it, its payload).
 
         Raises psycopg.Error when the connection broke; the caller reconnects.
         """
         if self._conn is None:
             return set()
-        return {
-            notify.payload
-            for notify in self._conn.notifies(timeout=0)
-            if unless_from is None or notify.pid != unless_from
-        }
+        return {(notify.pid, notify.payload) for notify in self._conn.notifies(timeout=0)}
 
     def close(self) -> None:
         if self._conn is not None:

@@ -66,11 +66,12 @@ class Wakeup:
         """Sleep up to `timeout` seconds; return True when a job of `queues` may be there
         to claim (a notification for one of them, or a LISTEN line just reconnected).
 
-        A notification the loop's own connection sent (`own_pid`: its server process)
-        says nothing new: the loop looks again after each of its own statements that can
-        make a job runnable (an ack that frees a workflow's child, a retry, a rerun), and
-        its claim then sees what that statement committed. Waking on it too cost each
-        link of a chain a claim that found nothing."""
+        A queue's notification the loop's own connection sent (`own_pid`: its server
+        process) says nothing new: the loop looks again after each of its own statements
+        that can make a job runnable (an ack that frees a workflow's child, a retry, a
+        rerun), and its claim then sees what that statement committed. Waking on it too
+        cost each link of a chain a claim that found nothing. A cancellation is heard
+        whoever sent it."""
         maybe_more = self._ensure_listener()
         readable = [self._read]
         if self.listener.connected:
@@ -134,17 +135,20 @@ class Wakeup:
 
     def _drain(self, queues: Collection[str], own_pid: int | None) -> bool:
         try:
-            notified = self.listener.drain(unless_from=own_pid)
+            notified = self.listener.drain()
         except psycopg.Error as error:
             logger.warning("LISTEN connection lost (%s); reconnecting", error)
             self.listener.close()
             return False
-        for payload in notified:
-            if payload.startswith(CANCEL_PREFIX):
+        woken = False
+        for sender, payload in notified:
+            if payload.startswith(CANCEL_PREFIX):  # heard whoever sent it
                 cancel = _cancel_of(payload)
                 if cancel is not None:
                     self._cancels.append(cancel)
-        return bool(notified.intersection(queues))
+            elif sender != own_pid and payload in queues:
+                woken = True
+        return woken
 
 
 def _cancel_of(payload: str) -> tuple[int, uuid.UUID] | None:

@@ -5,6 +5,7 @@ of its own statements), nor one of a queue it does not claim from."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -59,6 +60,22 @@ def test_s23_a_notification_its_own_connection_sent_wakes_nothing(wakeup: Wakeup
     # The same notification, when the connection is not the loop's, wakes it.
     notify_from_this_connection("mail")
     assert wakeup.wait(5, ["mail"], None) is True
+
+
+def test_s32_a_cancellation_is_heard_whoever_sent_it(wakeup: Wakeup) -> None:
+    own = db.backend_pid("default")
+    token = uuid.uuid4()
+    notify_from_this_connection(f"pgjobs.cancel:5:{token}")
+    with other_connection() as conn:
+        conn.execute(
+            "SELECT pg_notify(%s, %s)", [pgjobs_settings.CHANNEL, f"pgjobs.cancel:6:{token}"]
+        )
+    deadline = time.monotonic() + 5
+    heard: list[tuple[int, uuid.UUID]] = []
+    while len(heard) < 2 and time.monotonic() < deadline:
+        assert wakeup.wait(0.2, ["mail"], own) is False  # a cancellation wakes no claim
+        heard += wakeup.take_cancels()
+    assert sorted(heard) == [(5, token), (6, token)]
 
 
 def test_s23_s29_a_worker_runs_the_child_its_own_ack_frees_at_once_with_notify_on() -> None:
