@@ -81,11 +81,16 @@ def _best(figures: Iterable[Figure], benchmark: str, prefix: str) -> Figure | No
     return max(matching, key=lambda f: f.value, default=None)
 
 
+#: (name, our figure, the peer's, the ratio bound of the target or None, whether
+#: higher is better: the bound is then a floor, else a ceiling).
+_Pair = tuple[str, Figure | None, Figure | None, float | None, bool]
+
+
 def compare(ours: list[Figure], theirs: list[Figure]) -> list[Figure]:
     """Each of our figures beside the peer's, as a Figure whose ceiling is the peer's
     (so the table's ratio column reads ours / theirs). Drain: higher is better; wake:
     lower is better. Figures missing on either side are left out."""
-    pairs: list[tuple[str, Figure | None, Figure | None, float | None, bool]] = [
+    pairs: list[_Pair] = [
         (
             "drain, 1 process, defaults (fresh) / its default (batch 10)",
             _find(ours, "drain", "1 process, default settings, fresh table"),
@@ -136,57 +141,55 @@ def compare(ours: list[Figure], theirs: list[Figure]) -> list[Figure]:
             False,
         ),
     ]
-    compared = []
-    for name, mine, peer, at_least, higher_is_better in pairs:
-        if mine is None or peer is None:
-            continue
-        target, met = "", None
-        if at_least is not None and peer.value:
-            target = f">= {at_least:g}x"
-            met = mine.value >= at_least * peer.value
-        compared.append(
-            Figure(
-                f"vs {PEER}",
-                name,
-                mine.value,
-                mine.unit,
-                ceiling=peer.value,
-                target=target,
-                met=met,
-                details={
-                    "ours": f"{mine.benchmark}: {mine.name}",
-                    "theirs": peer.name,
-                    "higher is better": higher_is_better,
-                },
-                ratio_style="times",
-            )
-        )
-    return compared
+    return _beside(pairs, PEER)
 
 
 def compare_wake(ours: list[Figure], theirs: list[Figure], peer: str) -> list[Figure]:
     """Our wake-up (commit -> handler) beside a peer's `wake p50` / `wake p99`, as
     `compare` sets them (ratio ours / theirs, lower is better); the p50 is met when ours
     is at or below its (issue 28's target against graphile-worker)."""
+    return _beside(
+        [
+            (
+                f"wake {name}, commit -> handler (lower is better)",
+                _find(ours, "wake", name),
+                next((f for f in theirs if f.name == f"wake {name}"), None),
+                bound,
+                False,
+            )
+            for name, bound in (("p50", 1.0), ("p99", None))
+        ],
+        peer,
+    )
+
+
+def _beside(pairs: list[_Pair], peer: str) -> list[Figure]:
+    """Each pair whose both figures exist, as a Figure of "vs `peer`" whose ceiling is
+    the peer's value (the table's ratio reads ours / theirs), met when the ratio keeps
+    its bound."""
     compared = []
-    for name, at_most in (("p50", True), ("p99", False)):
-        mine = _find(ours, "wake", name)
-        theirs_ = next((f for f in theirs if f.name == f"wake {name}"), None)
-        if mine is None or theirs_ is None:
+    for name, mine, theirs, bound, higher_is_better in pairs:
+        if mine is None or theirs is None:
             continue
+        target, met = "", None
+        if bound is not None and theirs.value:
+            if higher_is_better:
+                target, met = f">= {bound:g}x", mine.value >= bound * theirs.value
+            else:
+                target, met = f"<= {bound:g}x", mine.value <= bound * theirs.value
         compared.append(
             Figure(
                 f"vs {peer}",
-                f"wake {name}, commit -> handler (lower is better)",
+                name,
                 mine.value,
                 mine.unit,
-                ceiling=theirs_.value,
-                target="<= 1x" if at_most else "",
-                met=mine.value <= theirs_.value if at_most else None,
+                ceiling=theirs.value,
+                target=target,
+                met=met,
                 details={
                     "ours": f"{mine.benchmark}: {mine.name}",
-                    "theirs": theirs_.name,
-                    "higher is better": False,
+                    "theirs": theirs.name,
+                    "higher is better": higher_is_better,
                 },
                 ratio_style="times",
             )
