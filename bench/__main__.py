@@ -18,6 +18,7 @@ import functools
 import os
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -87,30 +88,24 @@ def main(argv: list[str] | None = None) -> int:
     }
     figures: list[Figure] = []
     try:
-        for name in names:
+
+        def run(name: str, benchmark: Callable[[Database, Sizes], list[Figure]]) -> list[Figure]:
+            """`benchmark` run --repeat times, each figure the median run's, with its load."""
             started = time.monotonic()
             print(f"-- {name} ...", file=sys.stderr, flush=True)
-            benchmark = BENCHMARKS[name]
             runs = [
                 measured(functools.partial(benchmark, database, sizes)) for _ in range(args.repeat)
             ]
-            figures.extend(_medians(runs))
             print(f"   {name} took {time.monotonic() - started:.0f} s", file=sys.stderr)
+            return _medians(runs)
+
+        for name in names:
+            figures.extend(run(name, BENCHMARKS[name]))
         if args.peers:
             from bench.peers import GRAPHILE, PEER, compare, compare_wake, graphile, pgqueuer
 
-            started = time.monotonic()
-            print(f"-- {PEER} ...", file=sys.stderr, flush=True)
-            theirs = _medians(
-                [measured(functools.partial(pgqueuer, database, sizes)) for _ in range(args.repeat)]
-            )
-            print(f"   {PEER} took {time.monotonic() - started:.0f} s", file=sys.stderr)
-            started = time.monotonic()
-            print(f"-- {GRAPHILE} ...", file=sys.stderr, flush=True)
-            graphiles = _medians(
-                [measured(functools.partial(graphile, database, sizes)) for _ in range(args.repeat)]
-            )
-            print(f"   {GRAPHILE} took {time.monotonic() - started:.0f} s", file=sys.stderr)
+            theirs = run(PEER, pgqueuer)
+            graphiles = run(GRAPHILE, graphile)
             figures.extend(
                 [
                     *theirs,
