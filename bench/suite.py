@@ -163,37 +163,36 @@ def enqueue(database: Database, sizes: Sizes) -> list[Figure]:
     n = sizes.enqueue_singles
     block = max(1, n // ENQUEUE_BLOCKS)
     connection.ensure_connection()
-    ceiling_s = django_s = ours_s = autocommit_s = 0.0
     with psycopg.connect(database.url) as conn:  # not autocommit: INSERT, then commit
+
+        def plain(i: int) -> None:
+            conn.execute(PLAIN_INSERT, [f'{{"i": {i}}}'])
+            conn.commit()
+
+        def in_django(i: int) -> None:  # what Django's transaction itself costs
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(PLAIN_INSERT, [f'{{"i": {i}}}'])
+
+        def ours(i: int) -> None:
+            with transaction.atomic():
+                Job.objects.enqueue("bench.noop", {"i": i})
+
+        def autocommit(i: int) -> None:  # outside any transaction: one statement each
+            Job.objects.enqueue("bench.noop", {"i": i})
+
+        arms = (plain, in_django, ours, autocommit)
+        seconds = dict.fromkeys(arms, 0.0)
         # Blocks of each in turn, so that a drift of the machine weighs on all alike.
         for _ in range(ENQUEUE_BLOCKS):
-            database.reset_jobs()
-            started = time.perf_counter()
-            for i in range(block):
-                conn.execute(PLAIN_INSERT, [f'{{"i": {i}}}'])
-                conn.commit()
-            ceiling_s += time.perf_counter() - started
-            database.reset_jobs()
-            started = time.perf_counter()
-            for i in range(block):  # what Django's transaction itself costs
-                with transaction.atomic(), connection.cursor() as cursor:
-                    cursor.execute(PLAIN_INSERT, [f'{{"i": {i}}}'])
-            django_s += time.perf_counter() - started
-            database.reset_jobs()
-            started = time.perf_counter()
-            for i in range(block):
-                with transaction.atomic():
-                    Job.objects.enqueue("bench.noop", {"i": i})
-            ours_s += time.perf_counter() - started
-            database.reset_jobs()
-            started = time.perf_counter()
-            for i in range(block):  # outside any transaction: one statement each
-                Job.objects.enqueue("bench.noop", {"i": i})
-            autocommit_s += time.perf_counter() - started
-    ceiling = block * ENQUEUE_BLOCKS / ceiling_s
-    django_rate = block * ENQUEUE_BLOCKS / django_s
-    rate = block * ENQUEUE_BLOCKS / ours_s
-    autocommit_rate = block * ENQUEUE_BLOCKS / autocommit_s
+            for arm in arms:
+                database.reset_jobs()
+                started = time.perf_counter()
+                for i in range(block):
+                    arm(i)
+                seconds[arm] += time.perf_counter() - started
+    ceiling, django_rate, rate, autocommit_rate = (
+        block * ENQUEUE_BLOCKS / seconds[arm] for arm in arms
+    )
     database.reset_jobs()
     many = [{"kind": "bench.noop", "payload": {"i": i}} for i in range(sizes.enqueue_many)]
     started = time.perf_counter()
