@@ -358,9 +358,10 @@ class JobManager(JobUpkeep):
         (a fence or a transaction-mode job: the lock already keeps claimers away), and
         store each claim's progress report (`progress[i]`, JSON; None: none).
 
-        Returns the handles extended, and those whose job was dead-lettered under their
-        claim, with the dead letter's reason ("cancelled", say): their handlers should
-        stop. A claim whose job is gone otherwise is neither: it lapsed (S16).
+        Returns the handles extended, and those whose handlers should stop, with why: a
+        cancel request binds the job (S38: extended as well, for as long as its handler
+        takes to stop), or the job was dead-lettered under their claim ("cancelled",
+        say). A claim whose job is gone otherwise is neither: it lapsed (S16).
         """
         if not handles:
             return Heartbeats([], [])
@@ -379,7 +380,7 @@ class JobManager(JobUpkeep):
             if claimed_until is not None:
                 handle.claimed_until = claimed_until
                 extended.append(handle)
-            elif reason is not None:
+            if reason is not None:  # extended too when a cancel request binds it (S38)
                 gone.append((handle, reason))
         return Heartbeats(extended, gone)
 

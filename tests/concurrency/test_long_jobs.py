@@ -75,6 +75,21 @@ class TestS32CancellationReachesTheHandler:
             wait_until(lambda: dead_row(job_id, "reason") == ("cancelled",))
         assert count("tests_note") == 0  # the fence rolled back
 
+    def test_s38_with_notify_off_a_job_inside_its_fence_is_told_at_its_heartbeat(
+        self,
+    ) -> None:
+        """The PgBouncer setup: no NOTIFY, and the fence holds the row, so the cancel is a
+        request; the worker's heartbeat, which a fence admits, finds it and tells the
+        handler long before the sleep ends."""
+        job_id = jobs.fenced_waiter.using(lease=2).enqueue(seconds=60).id
+        with running_worker(queues=["long"], listen=False, poll_interval=0.2) as worker:
+            wait_until(lambda: row(job_id, "state") == ("running",) and count("tests_note") == 0)
+            time.sleep(0.2)  # inside the fence now (its note is not committed)
+            assert Job.objects.cancel_many([job_id], reason="stop: quota") == 1
+            wait_until(lambda: worker.stats.cancelled == 1, timeout=10)
+            wait_until(lambda: dead_row(job_id, "reason") == ("stop: quota",))
+        assert count("tests_note") == 0  # the fence rolled back
+
     def test_s32_a_transaction_mode_job_is_told_and_its_writes_rolled_back(self) -> None:
         job_id = jobs.atomic_waiter.enqueue().id
         with running_worker(queues=["long"]) as worker:
