@@ -43,6 +43,8 @@ class SweepResult:
     triggers_promoted: int = 0
     dead_pruned: int = 0
     done_pruned: int = 0
+    #: Jobs a retry, a lapse or a hand-back put back in line as their cancel came (S38).
+    cancelled_in_line: int = 0
     #: Partitions of the dead-letter table made ahead, and dropped whole (S44); not rows,
     #: so not in `total`.
     partitions_made: int = 0
@@ -59,6 +61,7 @@ class SweepResult:
             + self.triggers_promoted
             + self.dead_pruned
             + self.done_pruned
+            + self.cancelled_in_line
         )
 
     def __str__(self) -> str:
@@ -93,6 +96,7 @@ class Sweeper:
                 "triggers_promoted",
                 "dead_pruned",
                 "done_pruned",
+                "cancelled_in_line",
                 "partitions_made",
                 "partitions_dropped",
             ),
@@ -132,8 +136,10 @@ class Sweeper:
         def prune_rate_claims() -> int:
             return QueueControl.objects.prune_rate_claims(limit, using=using)
 
-        def prune_cancel_requests() -> int:
-            return Job.objects.prune_cancel_requests(limit, using=using)
+        def settle_cancel_requests() -> int:
+            cancelled = Job.objects.cancel_requested_in_line(limit, using=using)
+            counts["cancelled_in_line"] += cancelled
+            return cancelled + Job.objects.prune_cancel_requests(limit, using=using)
 
         configured = list(pgjobs_settings.QUEUES)
         retentions = {
@@ -182,7 +188,7 @@ class Sweeper:
             (None, sum_stats_hours),
             (None, prune_stats),
             (None, prune_rate_claims),
-            (None, prune_cancel_requests),
+            (None, settle_cancel_requests),
             (None, prune_workers),
         ]
         for queue, retention in retentions.items():

@@ -8,6 +8,7 @@ a lapsed claim waits in its queues, and whether keyed jobs do.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -24,6 +25,8 @@ from django_pgjobs.records import ClaimCost
 
 if TYPE_CHECKING:
     from django_pgjobs.managers.jobs import JobManager
+
+logger = logging.getLogger("django_pgjobs.jobs")
 
 
 class Kinds(NamedTuple):
@@ -85,14 +88,14 @@ def _claim_handles(
         return [], (False, None)
     limited = sorted(limited_queues(alias).intersection(names))
     found = claim(names, limited, n, worker_id, alias, kinds)
-    handles = handles_of(found.rows, alias, jobs)
+    handles = _runnable(jobs, found.rows, alias)
     if found.lapsed_waiting:
         # Rare: a claim lapsed in these queues (its worker died). Put it back in line
         # (or bury it), then fill what this claim has left.
         jobs.rescue_lapsed(names, pgjobs_settings.SWEEP_BATCH, using=alias)
         if len(handles) < n:
             found = claim(names, limited, n - len(handles), worker_id, alias, kinds)
-            handles += handles_of(found.rows, alias, jobs)
+            handles += _runnable(jobs, found.rows, alias)
     handles.sort(key=_claim_order)
     return handles, (found.due_known, found.due_in)
 
@@ -131,6 +134,23 @@ def claim(
         rows += more
         lapsed_waiting = lapsed_waiting or lapsed
     return Claimed(rows, lapsed_waiting, unkeyed.due_known, unkeyed.due_in)
+
+
+def _runnable(jobs: JobManager, rows: Sequence[Any], alias: str) -> list[JobHandle]:
+    """The handles of claim statements' rows, less the claims a cancel request binds
+    (S38, each statement's next-to-last column): a retry, a lapse or a hand-back put
+    their jobs back in line as their cancel came. Those are dead-lettered with their
+    request's reason, never run."""
+    handles = handles_of(rows, alias, jobs)
+    reasons: dict[str, str] = {}
+    for row in rows:
+        if row[-2] is not None:
+            reasons.update(db.json_value(row[-2]))
+    if not reasons:
+        return handles
+    stopped = jobs.stop_cancelled(handles, reasons)
+    logger.info("jobs ids=%s were cancelled before they ran again", sorted(stopped))
+    return [handle for handle in handles if handle.id not in stopped]
 
 
 def handles_of(rows: Sequence[Any], alias: str, manager: ClaimWriter) -> list[JobHandle]:

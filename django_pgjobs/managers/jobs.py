@@ -291,17 +291,26 @@ class JobManager(JobUpkeep):
         with it: Cancelled is raised, which rolls that transaction back. Returns the ids.
         """
         reasons: dict[str, str] = db.json_value(requested) or {}
-        if not reasons:
-            return set()
         stopped = [handle for handle in handles if str(handle.id) in reasons]
-        for handle in stopped:
-            handle.control.cancel(reasons[str(handle.id)])
+        if not stopped:
+            return set()
         first = stopped[0]
         if db.in_transaction(first.using):
+            for handle in stopped:
+                handle.control.cancel(reasons[str(handle.id)])
             raise Cancelled(
                 f"Job {first.id} ({first.kind}) was cancelled while it ran: "
                 f"{reasons[str(first.id)]}; its completion is refused (S38)."
             )
+        return self.stop_cancelled(stopped, reasons)
+
+    def stop_cancelled(self, handles: Sequence[JobHandle], reasons: dict[str, str]) -> set[int]:
+        """Stop the claims among `handles` that a cancel request binds (S38; `reasons`:
+        each request's reason by job id): each handler is told, and the job is
+        dead-lettered with its request's reason. Returns their ids."""
+        stopped = [handle for handle in handles if str(handle.id) in reasons]
+        for handle in stopped:
+            handle.control.cancel(reasons[str(handle.id)])
         self.fail_batch(
             [
                 (handle, Failure(reasons[str(handle.id)], category=DeadCategory.CANCELLED))
@@ -492,6 +501,18 @@ class JobManager(JobUpkeep):
         params = {"ids": db.array_of_ids(job_ids), "reason": stored, **db.wake_params()}
         ((moved, told, _),) = db.fetchall(sql.CANCEL_JOBS, params, using)
         return int(moved) + int(told)
+
+    def cancel_requested_in_line(self, limit: int, *, using: str | None = None) -> int:
+        """Cancel up to `limit` jobs back in line that a cancel request binds (S38): a
+        retry, a lapse or a hand-back put each back as its cancel came. Each ends as its
+        request says; one its claimer took meanwhile is cancelled as it runs. Returns
+        how many were cancelled."""
+        by_reason: dict[str, list[int]] = {}
+        for job_id, reason in db.fetchall(sql.REQUESTED_IN_LINE, {"limit": limit}, using):
+            by_reason.setdefault(reason, []).append(job_id)
+        return sum(
+            self.cancel_many(ids, reason=reason, using=using) for reason, ids in by_reason.items()
+        )
 
 
 def _retry_delay(handle: JobHandle, delay: float | timedelta | None) -> float:

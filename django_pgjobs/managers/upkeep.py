@@ -29,7 +29,7 @@ class JobUpkeep(JobReads):
         return int(dead), int(promoted)
 
     def prune_cancel_requests(self, limit: int, *, using: str | None = None) -> int:
-        """Delete up to `limit` cancel requests that bind no running claim (S38, S24)."""
+        """Delete up to `limit` cancel requests whose job has ended (S38, S24)."""
         return db.rowcount(sql.PRUNE_CANCEL_REQUESTS, {"limit": limit}, using)
 
     def prune_done(self, limit: int, *, using: str | None = None) -> int:

@@ -9,10 +9,20 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from django.db import transaction
 
 from django_pgjobs.models import DeadJob, Job
 from tests.concurrency.test_limits import most_at_once
-from tests.helpers import count, dead_row, execute, other_connection, running_worker, wait_until
+from tests.helpers import (
+    count,
+    dead_row,
+    execute,
+    lapse,
+    other_connection,
+    run_threads,
+    running_worker,
+    wait_until,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -108,19 +118,116 @@ class TestS38CancelsOfHeldRows:
 
     def test_s24_s38_a_request_too_late_for_its_claim_is_swept(self) -> None:
         """A cancel that came while the ack was committing binds nothing once the job
-        is done: the sweep removes the request, a new claim of the job is free of it."""
+        is done: the sweep removes the request, the job stays done."""
         from django_pgjobs.maintenance import Sweeper
 
-        job_id = Job.objects.enqueue("tests.noop", key="k", result_retention=60).id
+        job_id = Job.objects.enqueue("tests.noop", result_retention=60).id
         (handle,) = Job.objects.claim_batch("default", 1, "w")
+        assert handle.ack() is True
         execute(
             "INSERT INTO pgjobs_cancel_request (job_id, claimed_by, reason, requested_at) "
-            "VALUES (%s, gen_random_uuid(), 'cancelled', now())",
-            [job_id],
+            "VALUES (%s, %s, 'cancelled', now())",
+            [job_id, handle.token],
         )
-        assert handle.ack() is True  # the request binds another claim, not this one
         Sweeper(take_turns=False).run_once()
         assert count("pgjobs_cancel_request") == 0
+        assert execute("SELECT state FROM pgjobs_job WHERE id = %s", [job_id]) == [("done",)]
+
+
+class TestS38ACancelThatMeetsTheJobGoingBackInLine:
+    """The statement that puts a running job back in line (a retry, a lapse's rescue, a
+    shutdown's hand-back) holds its row when the cancel comes: the cancel records a
+    request for the claim it saw, which that statement, holding the row since before the
+    request existed, cannot see. The request binds the job: its next claim dead-letters
+    it unrun, and the sweep cancels it if it waits (a retry's backoff)."""
+
+    @staticmethod
+    def _cancelled_while(put_back: Any, job_id: int) -> None:
+        """Run `put_back()` in a transaction that holds the job's row while another
+        connection cancels it, then commit."""
+        with transaction.atomic():
+            put_back()
+            assert run_threads(
+                1, lambda _: Job.objects.cancel_many([job_id], reason="stop: wrong account")
+            ) == [1]
+
+    @pytest.mark.parametrize("how", ["retry", "rescue", "release"])
+    def test_s32_s38_its_next_claim_ends_it_unrun_as_cancelled(self, how: str) -> None:
+        job_id = Job.objects.enqueue("tests.noop").id
+        (handle,) = Job.objects.claim_batch("default", 1, "w")
+        if how == "rescue":
+            lapse(job_id)
+        put_back = {
+            "retry": lambda: handle.retry("flaky", delay=0),
+            "rescue": lambda: Job.objects.rescue_lapsed(["default"], 10),
+            "release": lambda: handle.release(),
+        }[how]
+        self._cancelled_while(put_back, job_id)
+        assert execute("SELECT state FROM pgjobs_job WHERE id = %s", [job_id]) == [("pending",)]
+        assert Job.objects.claim_batch("default", 5, "w2") == []
+        assert reason_of(job_id) == "stop: wrong account"
+        assert dead_row(job_id, "category") == ("cancelled",)
+        assert count("pgjobs_cancel_request") == 0
+
+    @LISTEN
+    def test_s32_s38_a_worker_never_runs_it_again(self, listen: bool) -> None:
+        """Where features meet: the job went back in line with its cancel, and a worker
+        of several queues claims it: the handler never starts, the job ends cancelled."""
+        job_id = Job.objects.enqueue("tests.record", {"label": "ran"}).id
+        (handle,) = Job.objects.claim_batch("default", 1, "w")
+        self._cancelled_while(lambda: handle.retry("flaky", delay=0), job_id)
+        with running_worker(queues=["default", "long"], listen=listen, poll_interval=0.2):
+            wait_until(lambda: reason_of(job_id) is not None, timeout=10)
+        assert notes("ran") == 0
+        assert reason_of(job_id) == "stop: wrong account"
+        assert count("pgjobs_cancel_request") == 0
+
+    def test_s24_s38_the_sweep_cancels_it_while_it_waits_its_backoff(self) -> None:
+        from django_pgjobs.maintenance import Sweeper
+
+        job_id = Job.objects.enqueue("tests.noop").id
+        (handle,) = Job.objects.claim_batch("default", 1, "w")
+        self._cancelled_while(lambda: handle.retry("flaky", delay=3600), job_id)
+        result = Sweeper(take_turns=False).run_once()
+        assert result.cancelled_in_line == 1
+        assert reason_of(job_id) == "stop: wrong account"
+        assert count("pgjobs_job", "id = %s", [job_id]) == 0
+        assert count("pgjobs_cancel_request") == 0
+
+    def test_s32_s38_a_claim_taken_before_the_request_committed_is_told_at_its_heartbeat(
+        self,
+    ) -> None:
+        """The job went back in line and was claimed again before the request committed
+        (it names the claim before): the request binds the new claim too, which its
+        heartbeat hears, and whose ack is refused."""
+        job_id = Job.objects.enqueue("tests.noop").id
+        (first,) = Job.objects.claim_batch("default", 1, "w")
+        assert first.retry("flaky", delay=0) is True
+        (second,) = Job.objects.claim_batch("default", 1, "w2")
+        execute(
+            "INSERT INTO pgjobs_cancel_request (job_id, claimed_by, reason, requested_at) "
+            "VALUES (%s, %s, 'stop: late', now())",
+            [job_id, first.token],
+        )
+        beats = Job.objects.heartbeat_unlocked([second])
+        assert [(handle.id, reason) for handle, reason in beats.gone] == [(job_id, "stop: late")]
+        assert second.ack() is False
+        assert second.cancelled and second.control.reason == "stop: late"
+        assert reason_of(job_id) == "stop: late"
+
+    def test_s3_s38_a_requeued_letter_is_free_of_a_request_its_last_run_left(self) -> None:
+        job_id = Job.objects.enqueue("tests.noop").id
+        (handle,) = Job.objects.claim_batch("default", 1, "w")
+        assert handle.fail("broken") is True
+        execute(
+            "INSERT INTO pgjobs_cancel_request (job_id, claimed_by, reason, requested_at) "
+            "VALUES (%s, %s, 'cancelled', now())",
+            [job_id, handle.token],
+        )
+        DeadJob.objects.requeue([job_id])
+        assert count("pgjobs_cancel_request") == 0
+        (again,) = Job.objects.claim_batch("default", 1, "w")
+        assert again.ack() is True
 
     @LISTEN
     def test_s32_s38_cancel_deletes_and_reaches_the_handler(self, listen: bool) -> None:

@@ -171,6 +171,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     },
     "PRUNE_RATE_CLAIMS": {"limit": 10},
     "PRUNE_CANCEL_REQUESTS": {"limit": 10},
+    "REQUESTED_IN_LINE": {"limit": 10},
     "LIMIT_STATEMENT_TIME": {"timeout": "1500ms"},
     "CANCEL_STATEMENT": {"pid": 0},
     "END_BACKEND": {"pid": 0},

@@ -177,7 +177,7 @@ WITH target AS (
     SELECT j.id, j.attempts >= j.max_attempts AS exhausted,
            j.rerun_payload IS NOT NULL AS has_rerun,
            (SELECT c.reason FROM pgjobs_cancel_request AS c
-            WHERE c.job_id = j.id AND c.claimed_by = j.claimed_by) AS cancel_reason,
+            WHERE c.job_id = j.id) AS cancel_reason,
            jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', 'lease lapsed',
                               'traceback', NULL, 'exception', NULL,
                               'worker_id', j.worker_id) AS entry
@@ -214,7 +214,6 @@ dead AS (
     FROM buried AS j
     RETURNING id
 ),
-{CANCELS_ANSWERED},
 promoted AS (
     UPDATE pgjobs_job AS j
     SET {PROMOTE_RERUN},
@@ -223,8 +222,9 @@ promoted AS (
                  '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
     FROM target AS t
     WHERE j.id = t.id AND t.has_rerun
-    RETURNING j.queue, j.run_after
+    RETURNING j.id, j.queue, j.run_after
 ),
+{CANCELS_ANSWERED},
 woke AS (
     SELECT pg_notify(%(channel)s, q.queue)
     FROM (SELECT queue FROM requeued WHERE run_after <= now()
@@ -399,7 +399,7 @@ promoted AS (
                  '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
     FROM target AS t
     WHERE j.id = t.id AND t.has_rerun
-    RETURNING j.queue, j.run_after
+    RETURNING j.id, j.queue, j.run_after
 ),
 buried AS (
     DELETE FROM pgjobs_job AS j USING target AS t
@@ -416,7 +416,7 @@ dead AS (
            CASE WHEN c.job_id IS NULL THEN j.final_category ELSE 'cancelled' END, now()
     FROM buried AS j
     -- job_id is the requests' key: one row at most.
-    LEFT JOIN pgjobs_cancel_request AS c ON c.job_id = j.id AND c.claimed_by = j.claimed_by
+    LEFT JOIN pgjobs_cancel_request AS c ON c.job_id = j.id
     RETURNING id
 ),
 {CANCELS_ANSWERED},
@@ -525,7 +525,7 @@ extended AS (
 SELECT t.id, e.claimed_until,
        coalesce(
            (SELECT c.reason FROM pgjobs_cancel_request AS c
-            WHERE c.job_id = t.id AND c.claimed_by = t.token),
+            WHERE c.job_id = t.id),
            CASE WHEN e.id IS NOT NULL THEN NULL
                 WHEN EXISTS (SELECT 1 FROM pgjobs_job AS j WHERE j.id = t.id) THEN NULL
                 ELSE coalesce((SELECT d.reason FROM pgjobs_dead AS d
@@ -553,7 +553,7 @@ LOCK_CURRENT_CLAIM = f"""
 -- SHARE keeps every claimer, rescuer, cancel and sweep away (they take the row FOR
 -- UPDATE or delete it) and lets the worker's heartbeats in (S39).
 SELECT j.id, (SELECT c.reason FROM pgjobs_cancel_request AS c
-              WHERE c.job_id = j.id AND c.claimed_by = j.claimed_by), pg_backend_pid()
+              WHERE c.job_id = j.id), pg_backend_pid()
 FROM pgjobs_job AS j, (SELECT %(token)s::uuid AS token) AS t
 WHERE j.id = %(id)s AND {CLAIM_IS_CURRENT}
 FOR KEY SHARE OF j

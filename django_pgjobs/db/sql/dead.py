@@ -34,6 +34,10 @@ merged AS (
 ),
 woke AS (
     SELECT pg_notify(%(channel)s, queue) FROM merged WHERE %(notify)s AND runnable
+),
+unbound AS (
+    -- A cancel request left for the letter's run (S38) does not bind its new life.
+    DELETE FROM pgjobs_cancel_request WHERE job_id IN (SELECT id FROM moved)
 )
 SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
 """

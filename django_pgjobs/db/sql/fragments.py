@@ -14,25 +14,26 @@ CLAIM_IS_CURRENT = (
     "(j.state = 'running' AND j.claimed_by = t.token AND j.claimed_until > now()) IS TRUE"
 )
 
-#: S38 for the lateral probe of a claim's row `j`: no cancel request binds this claim.
-#: A claim with one cannot ack, retry or be handed back: its worker dead-letters it
-#: with the request's reason (CANCELS_REQUESTED tells which).
-NOT_CANCEL_REQUESTED = (
-    "NOT EXISTS (SELECT 1 FROM pgjobs_cancel_request AS c"
-    " WHERE c.job_id = j.id AND c.claimed_by = j.claimed_by)"
-)
+#: S38 for the lateral probe of a claim's row `j`: no cancel request binds its job. A
+#: request binds the job, whatever claim it names: the claim the cancel saw, or one after
+#: it, when a retry, a lapse or a hand-back put the job back in line as the cancel came
+#: (that statement held the row and could not see the request). A claim with one cannot
+#: ack, retry or be handed back: its worker dead-letters it with the request's reason
+#: (CANCELS_REQUESTED tells which).
+NOT_CANCEL_REQUESTED = "NOT EXISTS (SELECT 1 FROM pgjobs_cancel_request AS c WHERE c.job_id = j.id)"
 
-#: S38 for a statement whose `buried` CTE returns the rows it dead-lettered: the cancel
-#: requests those ends answer are deleted with them.
+#: S38 for a statement whose `buried` and `promoted` CTEs return the ids of the rows it
+#: dead-lettered and of those whose pending trigger (S3) replaced the run: the cancel
+#: requests those ends answer are deleted with them (a trigger is a run of its own).
 CANCELS_ANSWERED = """answered AS (
-    DELETE FROM pgjobs_cancel_request AS c USING buried AS b WHERE c.job_id = b.id
+    DELETE FROM pgjobs_cancel_request AS c
+    WHERE c.job_id IN (SELECT b.id FROM buried AS b UNION ALL SELECT p.id FROM promoted AS p)
 )"""
 
-#: The cancel requests (S38) binding the claims %(ids)s/%(tokens)s, as a JSON object of
+#: The cancel requests (S38) binding the jobs of the claims %(ids)s, as a JSON object of
 #: reasons by job id ({} when none: one probe of an empty table, as a rule).
 CANCELS_REQUESTED = """(SELECT coalesce(jsonb_object_agg(c.job_id, c.reason), '{}')
-        FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS g(id, token)
-        JOIN pgjobs_cancel_request AS c ON c.job_id = g.id AND c.claimed_by = g.token)"""
+        FROM pgjobs_cancel_request AS c WHERE c.job_id = ANY(%(ids)s::bigint[]))"""
 
 #: The columns a job keeps when it moves between the live and the dead table, and the
 #: same of a job row `j`.
@@ -236,10 +237,15 @@ flags AS (
                         AND j.queue = q.name)
     ) AS keyed_waiting,
     {COMMIT_MODE} AS commit_mode,
+    -- S38: cancel requests that bind jobs just claimed (NULL: none, as a rule). A retry,
+    -- a lapse or a hand-back put such a job back in line as its cancel came; the claimer
+    -- dead-letters it with the request's reason instead of running it.
+    (SELECT jsonb_object_agg(r.job_id, r.reason) FROM pgjobs_cancel_request AS r
+     WHERE r.job_id = ANY(ARRAY(SELECT k.id FROM claimed AS k))) AS cancels,
     CASE WHEN %(due)s AND (SELECT count(*) FROM claimed) < %(limit)s
          THEN coalesce({NEXT_DUE_SECONDS}, 'Infinity'::float8) END AS due_in
 )
-SELECT f.lapsed_waiting, f.keyed_waiting, c.*, f.due_in
+SELECT f.lapsed_waiting, f.keyed_waiting, c.*, f.cancels, f.due_in
 FROM flags AS f
 LEFT JOIN claimed AS c ON true"""
 

@@ -163,6 +163,10 @@ buried AS (
     DELETE FROM pgjobs_job AS j
     WHERE j.id IN (SELECT id FROM waited UNION ALL SELECT id FROM unheld)
     RETURNING j.*
+),
+answered AS (
+    -- A request an earlier cancel left (S38) goes with the job it bound.
+    DELETE FROM pgjobs_cancel_request AS c USING buried AS b WHERE c.job_id = b.id
 )"""
 
 _TELL_CANCELLED = """told AS (
@@ -307,16 +311,27 @@ SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM promoted),
 """
 
 PRUNE_CANCEL_REQUESTS = """
--- Delete up to %(limit)s cancel requests (S38) that bind no running claim any more: the
--- job ended under that claim (acked while the cancel came, or dead), or it is gone.
+-- Delete up to %(limit)s cancel requests (S38) whose job has ended: done (acked while
+-- the cancel came), dead or gone. A request whose job is live binds it, whatever claim
+-- it names: the job was put back in line as the cancel came (REQUESTED_IN_LINE).
 DELETE FROM pgjobs_cancel_request
 WHERE job_id IN (
     SELECT c.job_id FROM pgjobs_cancel_request AS c
     WHERE NOT EXISTS (SELECT 1 FROM pgjobs_job AS j
-                      WHERE j.id = c.job_id AND j.state = 'running'
-                        AND j.claimed_by = c.claimed_by)
+                      WHERE j.id = c.job_id AND j.state IN ('waiting', 'pending', 'running'))
     LIMIT %(limit)s
 )
+"""
+
+REQUESTED_IN_LINE = """
+-- Up to %(limit)s jobs back in line that a cancel request binds (S38): a retry, a lapse
+-- or a hand-back put each back as its cancel came. With each request's reason; the sweep
+-- cancels them, so that a cancelled job does not wait for its next claim to end.
+SELECT c.job_id, c.reason
+FROM pgjobs_cancel_request AS c
+JOIN pgjobs_job AS j ON j.id = c.job_id AND j.state IN ('waiting', 'pending')
+ORDER BY c.job_id
+LIMIT %(limit)s
 """
 
 PRUNE_DONE = f"""

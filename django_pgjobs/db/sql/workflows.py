@@ -419,6 +419,10 @@ revived AS (
            {KEPT_COLUMNS_OF_J}, j.last_error, j.errors
     FROM moved AS j
     RETURNING id
+),
+unbound AS (
+    -- A cancel request left for a dependent's run (S38) does not bind its new life.
+    DELETE FROM pgjobs_cancel_request WHERE job_id IN (SELECT id FROM moved)
 )
 SELECT count(*) FROM revived
 """

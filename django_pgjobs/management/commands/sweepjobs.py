@@ -54,6 +54,7 @@ class Command(BaseCommand):
                         f"{result.lapsed_requeued} and dead-lettered {result.lapsed_dead}, "
                         f"promoted triggers {result.triggers_promoted}, "
                         f"pruned done {result.done_pruned}, pruned dead {result.dead_pruned}, "
+                        f"cancelled back in line {result.cancelled_in_line}, "
                         f"dead-letter partitions made {result.partitions_made} and dropped "
                         f"{result.partitions_dropped}"
                     )
