@@ -251,6 +251,21 @@ class TestClaimSaysWhenNextDue:
         asked = Job.objects.next_due_in("default")
         assert asked is not None and asked > 30  # the claims' lease, not the slot
 
+    def test_s37_a_rated_queue_whose_window_emptied_says_one_slot_from_now(self) -> None:
+        """A worker stalled past the period between its claim and its question finds
+        the window empty: a slot is open, so the answer is one slot's spacing (the
+        period over the rate), neither never (it slept to its poll) nor now (a job that
+        waits for its key's limit instead would make it spin)."""
+        from django_pgjobs.models import QueueControl
+
+        QueueControl.objects.set_rate("default", "5/1s")
+        Job.objects.enqueue_many([{"kind": "demo.t"}] * 8)
+        handles, _ = Job.objects.claim_for_worker("default", 8, "w")
+        assert len(handles) == 5
+        execute("UPDATE pgjobs_rate_claim SET at = at - interval '2 s'")
+        asked = Job.objects.next_due_in("default")
+        assert asked is not None and 0 < asked <= 0.2
+
 
 def test_s12_a_claim_acked_twice_in_one_batch_is_done_once_with_its_result_kept() -> None:
     Job.objects.enqueue("tests.noop", result_retention=60)

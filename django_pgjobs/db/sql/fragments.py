@@ -161,25 +161,27 @@ NEXT_DUE_SECONDS = """extract(epoch FROM least(
        AND j.queue = ANY(%(queues)s::text[])
      ORDER BY j.claimed_until
      LIMIT 1),
-    (SELECT min(s.opens_at)
-     FROM pgjobs_queue AS c
-     CROSS JOIN LATERAL (
+    (SELECT min(coalesce(
          -- The claim whose leaving the window makes room for one more; with room in the
          -- window already (a claim came up short for another reason, or one left the
          -- window since), the oldest: the next change of the window, never "now", so a
          -- worker whose jobs wait for something else than the rate never spins.
-         SELECT r.at + make_interval(secs => c.rate_period_s) AS opens_at
-         FROM pgjobs_rate_claim AS r
-         WHERE r.scope = 'queue:' || c.name
-           AND r.at > statement_timestamp() - make_interval(secs => c.rate_period_s)
-         ORDER BY r.at DESC
-         OFFSET greatest(least(c.rate_limit, (
-             SELECT count(*) FROM pgjobs_rate_claim AS w
-             WHERE w.scope = 'queue:' || c.name
-               AND w.at > statement_timestamp() - make_interval(secs => c.rate_period_s)
-         )) - 1, 0)
-         LIMIT 1
-     ) AS s
+         (SELECT r.at + make_interval(secs => c.rate_period_s)
+          FROM pgjobs_rate_claim AS r
+          WHERE r.scope = 'queue:' || c.name
+            AND r.at > statement_timestamp() - make_interval(secs => c.rate_period_s)
+          ORDER BY r.at DESC
+          OFFSET greatest(least(c.rate_limit, (
+              SELECT count(*) FROM pgjobs_rate_claim AS w
+              WHERE w.scope = 'queue:' || c.name
+                AND w.at > statement_timestamp() - make_interval(secs => c.rate_period_s)
+          )) - 1, 0)
+          LIMIT 1),
+         -- An empty window (its last claim left it while the worker was between its
+         -- claim and this question): a slot is open. One slot's spacing from now, not
+         -- "now", for the same reason; not never, or the worker would sleep to its poll.
+         statement_timestamp() + make_interval(secs => c.rate_period_s / c.rate_limit)))
+     FROM pgjobs_queue AS c
      WHERE c.name = ANY(%(queues)s::text[]) AND c.rate_limit IS NOT NULL AND NOT c.paused
        -- Not held back by its running limit, which a completion lifts instead.
        AND (c.max_running IS NULL
