@@ -35,6 +35,11 @@ class Kinds(NamedTuple):
     only: tuple[str, ...] | None = None
     other_than: tuple[str, ...] | None = None
 
+    def admits(self, kind: str) -> bool:
+        if self.only is not None and kind not in self.only:
+            return False
+        return self.other_than is None or kind not in self.other_than
+
     def params(self) -> dict[str, list[str] | None]:
         return {
             "only_kinds": None if self.only is None else list(self.only),
@@ -68,33 +73,54 @@ def claim_for_worker(
 ) -> tuple[list[JobHandle], tuple[bool, float | None]]:
     """JobManager.claim_for_worker: up to `n` jobs, of kinds other than `loop_kinds`
     for a worker's threads, and up to `places` of `loop_kinds` for its event loop (each
-    into capacity of its own kind); with what was learnt of the next due job."""
+    into capacity of its own kind); with what was learnt of the next due job.
+
+    The event loop's keyed jobs and those of limited queues are claimed first, by
+    statements of their own; the rest of both kinds in one statement, one round trip
+    (a wake-up's claim is most of its latency)."""
     if not loop_kinds:
         return _claim_handles(jobs, names, n + places, worker_id, alias, ANY_KIND)
-    threads = _claim_handles(jobs, names, n, worker_id, alias, Kinds(other_than=tuple(loop_kinds)))
-    loop = _claim_handles(jobs, names, places, worker_id, alias, Kinds(only=tuple(loop_kinds)))
-    handles = sorted(threads[0] + loop[0], key=_claim_order)
-    asked = [part for part, wanted in ((threads, n), (loop, places)) if wanted > 0]
-    if not all(part[1][0] for part in asked):
-        return handles, (False, None)
-    dues = [part[1][1] for part in asked if part[1][1] is not None]
-    return handles, (True, min(dues) if dues else None)
+    loop = Kinds(only=tuple(loop_kinds))
+    threads = Kinds(other_than=tuple(loop_kinds))
+    first: list[JobHandle] = []
+    if places > 0:
+        first, _ = _claim_handles(jobs, names, places, worker_id, alias, loop, unkeyed=False)
+    handles, due = _claim_handles(
+        jobs, names, n, worker_id, alias, threads, loop=(loop, places - len(first))
+    )
+    return sorted(first + handles, key=_claim_order), due
 
 
 def _claim_handles(
-    jobs: JobManager, names: list[str], n: int, worker_id: str, alias: str, kinds: Kinds
+    jobs: JobManager,
+    names: list[str],
+    n: int,
+    worker_id: str,
+    alias: str,
+    kinds: Kinds,
+    *,
+    unkeyed: bool = True,
+    loop: tuple[Kinds, int] | None = None,
 ) -> tuple[list[JobHandle], tuple[bool, float | None]]:
-    if n <= 0:
+    """Claim up to `n` jobs of `kinds`, and with `loop`, up to its number of its kinds
+    too, in the same statement as the unkeyed ones of `kinds`; `unkeyed=False`: the
+    keyed jobs and those of limited queues only."""
+    places = loop[1] if loop is not None else 0
+    if n <= 0 and places <= 0:
         return [], (False, None)
     limited = sorted(limited_queues(alias).intersection(names))
-    found = claim(names, limited, n, worker_id, alias, kinds)
+    found = claim(names, limited, n, worker_id, alias, kinds, unkeyed=unkeyed, loop=loop)
     handles = _runnable(jobs, found.rows, alias)
     if found.lapsed_waiting:
         # Rare: a claim lapsed in these queues (its worker died). Put it back in line
         # (or bury it), then fill what this claim has left.
         jobs.rescue_lapsed(names, pgjobs_settings.SWEEP_BATCH, using=alias)
-        if len(handles) < n:
-            found = claim(names, limited, n - len(handles), worker_id, alias, kinds)
+        mine = sum(1 for handle in handles if kinds.admits(handle.kind))
+        more = None if loop is None else (loop[0], places - (len(handles) - mine))
+        if mine < n or (more is not None and more[1] > 0):
+            found = claim(
+                names, limited, n - mine, worker_id, alias, kinds, unkeyed=unkeyed, loop=more
+            )
             handles += _runnable(jobs, found.rows, alias)
     handles.sort(key=_claim_order)
     return handles, (found.due_known, found.due_in)
@@ -111,9 +137,13 @@ def claim(
     worker_id: str,
     alias: str,
     kinds: Kinds = ANY_KIND,
+    *,
+    unkeyed: bool = True,
+    loop: tuple[Kinds, int] | None = None,
 ) -> Claimed:
     """Claim keyed jobs first when some wait (S34), then from the limited queues (a
-    statement of their own), then the rest.
+    statement of their own), then the rest (`unkeyed`; with `loop`, its kinds' too, up
+    to its number).
 
     Keyed jobs go first so that a backlog of unkeyed ones never starves them; their
     limits, and those of their queues (S37), bound how many a claim takes. Whether
@@ -123,17 +153,20 @@ def claim(
     keyed = keyed_claims(alias, kinds)
     rows: list[Any] = []
     lapsed_waiting = tried = False
-    if keyed.due():
+    if keyed.due() and n > 0:
         tried = True
         rows, lapsed_waiting = _claim_keyed(queues, limited, n, worker_id, alias, kinds)
-    unkeyed = _claim_unkeyed(queues, limited, n - claimed(rows), worker_id, alias, kinds)
-    rows += unkeyed.rows
-    lapsed_waiting = lapsed_waiting or unkeyed.lapsed_waiting
-    if not tried and keyed.due() and claimed(rows) < n:
-        more, lapsed = _claim_keyed(queues, limited, n - claimed(rows), worker_id, alias, kinds)
+    unkeyed_part = _claim_unkeyed(
+        queues, limited, n - claimed(rows), worker_id, alias, kinds, fast=unkeyed, loop=loop
+    )
+    rows += unkeyed_part.rows
+    lapsed_waiting = lapsed_waiting or unkeyed_part.lapsed_waiting
+    mine = claimed(rows, kinds)
+    if not tried and keyed.due() and mine < n:
+        more, lapsed = _claim_keyed(queues, limited, n - mine, worker_id, alias, kinds)
         rows += more
         lapsed_waiting = lapsed_waiting or lapsed
-    return Claimed(rows, lapsed_waiting, unkeyed.due_known, unkeyed.due_in)
+    return Claimed(rows, lapsed_waiting, unkeyed_part.due_known, unkeyed_part.due_in)
 
 
 def _runnable(jobs: JobManager, rows: Sequence[Any], alias: str) -> list[JobHandle]:
@@ -185,10 +218,10 @@ def handles_of(rows: Sequence[Any], alias: str, manager: ClaimWriter) -> list[Jo
     ]
 
 
-def claimed(rows: Sequence[Any]) -> int:
-    """How many jobs claim statements' rows hold (an empty claim returns one row of
-    NULLs, for its flags)."""
-    return sum(1 for row in rows if row[2] is not None)
+def claimed(rows: Sequence[Any], kinds: Kinds = ANY_KIND) -> int:
+    """How many jobs of `kinds` claim statements' rows hold (an empty claim returns one
+    row of NULLs, for its flags)."""
+    return sum(1 for row in rows if row[2] is not None and kinds.admits(row[4]))
 
 
 def _claim_keyed(
@@ -263,9 +296,18 @@ def _claim_keyed_round(
 
 
 def _claim_unkeyed(
-    queues: list[str], limited: list[str], n: int, worker_id: str, alias: str, kinds: Kinds
+    queues: list[str],
+    limited: list[str],
+    n: int,
+    worker_id: str,
+    alias: str,
+    kinds: Kinds,
+    *,
+    fast: bool = True,
+    loop: tuple[Kinds, int] | None = None,
 ) -> Claimed:
-    """Claim from the limited queues first (a statement of their own), then the rest.
+    """Claim from the limited queues first (a statement of their own), then the rest
+    (`fast`), with `loop`'s kinds up to its number in the same statement.
 
     The fast statement skips paused and limited queues by itself, whatever `limited`
     (a cache) says, so a stale cache can delay a limited queue's claims a moment but
@@ -277,9 +319,10 @@ def _claim_unkeyed(
     taken: list[Any] = []
     lapsed_waiting = False
     locked: set[str] = set()
-    if n <= 0:
+    places = 0 if loop is None else loop[1]
+    if n <= 0 and places <= 0:
         return Claimed(taken, lapsed_waiting)
-    if limited:
+    if limited and n > 0:
         with transaction.atomic(using=alias):
             rows = db.fetchall(sql.LOCK_LIMITED_QUEUES, {"queues": limited}, alias)
             locked = {row[0] for row in rows}
@@ -301,8 +344,11 @@ def _claim_unkeyed(
         if locked != set(limited):  # a limit was lifted since the cache was read
             forget_limits()
     rest = [queue for queue in queues if queue not in locked]
-    if not rest or claimed(taken) >= n:
+    wanted = max(n - claimed(taken), 0)
+    if not fast or not rest or wanted + places <= 0:
         return Claimed(taken, lapsed_waiting)
+    # The loop's part takes the kinds the threads' part leaves out (its %(not_kinds)s).
+    assert loop is None or (kinds.only is None and kinds.other_than == loop[0].only)
     # Asked only when it covers every queue of the claim: no limited queue was claimed.
     floors = claim_floors(alias)
     params = {
@@ -314,10 +360,12 @@ def _claim_unkeyed(
         **kinds.params(),
         **db.commit_mode(alias),
     }
-    rows = db.fetchall(sql.claim_jobs(n - claimed(taken)), params, alias)
+    rows = db.fetchall(sql.claim_jobs(wanted, places), params, alias)
     taken += rows
     lapsed_waiting = lapsed_waiting or bool(rows and rows[0][0])
     keyed_claims(alias, kinds).seen(rows)
+    if loop is not None:
+        keyed_claims(alias, loop[0]).seen(rows)
     due = rows[0][-1] if rows else None  # NULL: full, or not asked
     if due is None:
         return Claimed(taken, lapsed_waiting)

@@ -431,7 +431,8 @@ class Worker:
         pacing = self.pacing
         pacing.tick(now)
         threads = pacing.claim_size(self._free_slots())
-        free = self._claimable(threads + pacing.loop_places(self._free_places(), now))
+        places = pacing.loop_places(self._free_places(), self.options.async_concurrency, now)
+        free = self._claimable(threads + places)
         # Each kind into capacity of its own: async jobs into the event loop's places,
         # the others into the threads (a max_jobs bound takes from the places first).
         threads = min(threads, free)

@@ -72,10 +72,15 @@ class Pacing:
         self.maybe_more = False
         self.next_due = None if due_in is None else now + due_in
 
-    def loop_places(self, free: int, now: float) -> int:
-        """How many of the event loop's `free` places the next claim asks for: all, unless
-        the last such claim found none and its backoff runs."""
-        return free if now >= self._loop_due_at else 0
+    def loop_places(self, free: int, capacity: int, now: float) -> int:
+        """How many of the event loop's `free` places (of its `capacity`) the next claim
+        asks for: none while the last such claim found none and its backoff runs; all
+        when every place is free; else the largest power of two of them. A claim for the
+        threads and the loop is one statement per pair of sizes (sql.claim_jobs), so the
+        places come in a few sizes, as the threads' do (claim_size)."""
+        if now < self._loop_due_at or free <= 0:
+            return 0
+        return free if free >= capacity else 1 << (free.bit_length() - 1)
 
     def claimed(self, threads: tuple[int, int], places: tuple[int, int], now: float) -> None:
         """A claim asked for and took (threads asked, taken) and (places asked, taken)."""

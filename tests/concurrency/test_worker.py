@@ -275,6 +275,15 @@ class TestPrefetch:
         assert sizes[110] == 110 and sizes[109] == 74 and sizes[11] == 11
         assert len(set(sizes.values())) <= 18
 
+    def test_a_worker_asks_for_a_few_sizes_of_event_loop_places(self) -> None:
+        """The threads' and the loop's claims are one statement per pair of sizes."""
+        worker = Worker(concurrency=10, async_concurrency=100)
+        now = time.monotonic()
+        places = {free: worker.pacing.loop_places(free, 100, now) for free in range(101)}
+        assert all(asked <= free for free, asked in places.items())
+        assert places[100] == 100 and places[99] == 64 and places[1] == 1 and places[0] == 0
+        assert len(set(places.values())) <= 9
+
     def test_slow_jobs_are_never_claimed_ahead(self) -> None:
         Job.objects.enqueue_many([{"kind": "tests.record", "payload": {"sleep": 0.2}}] * 6)
         most = 0

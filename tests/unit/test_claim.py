@@ -275,3 +275,50 @@ def test_s12_a_claim_acked_twice_in_one_batch_is_done_once_with_its_result_kept(
 
     record = Job.objects.get_job(handle.id)
     assert record is not None and record.state == "done" and record.result == {"n": 1}
+
+
+class TestAWorkersThreadsAndEventLoopClaimTogether:
+    """A worker with async kinds claims for its threads and its event loop, each into
+    capacity of its own kind, in one statement: a wake-up's claim is one round trip."""
+
+    LOOP = ["tests.async_double"]
+
+    def _enqueue(self, sync: int, loop: int) -> None:
+        Job.objects.enqueue_many(
+            [{"kind": "tests.noop", "priority": 1}] * sync
+            + [{"kind": "tests.async_double", "payload": {"value": 1}, "priority": 5}] * loop
+        )
+
+    def _claim(self, threads: int, places: int) -> tuple[list[str], int]:
+        from django.test.utils import CaptureQueriesContext
+
+        with CaptureQueriesContext(connection) as queries:
+            handles, _ = Job.objects.claim_for_worker(
+                "default", threads, "w", places=places, loop_kinds=self.LOOP
+            )
+        claims = [query for query in queries if "Claim up to" in query["sql"]]
+        return sorted(handle.kind for handle in handles), len(claims)
+
+    def test_each_kind_fills_its_own_capacity_in_one_statement(self) -> None:
+        self._enqueue(sync=5, loop=5)
+        kinds, statements = self._claim(threads=2, places=3)
+        assert kinds == ["tests.async_double"] * 3 + ["tests.noop"] * 2
+        assert statements == 1
+
+    @pytest.mark.parametrize(("threads", "places"), [(0, 3), (3, 0)])
+    def test_a_full_side_takes_nothing_of_its_kinds(self, threads: int, places: int) -> None:
+        """Higher-priority jobs of the full side's kinds wait; the other side's are taken."""
+        self._enqueue(sync=5, loop=5)
+        kinds, statements = self._claim(threads=threads, places=places)
+        expected = "tests.async_double" if places else "tests.noop"
+        assert kinds == [expected] * 3
+        assert statements == 1
+
+    def test_a_short_claim_of_both_says_when_the_next_job_is_due(self) -> None:
+        self._enqueue(sync=1, loop=1)
+        Job.objects.enqueue("tests.noop", delay=20)
+        handles, (known, due_in) = Job.objects.claim_for_worker(
+            "default", 5, "w", places=5, loop_kinds=self.LOOP
+        )
+        assert len(handles) == 2 and known
+        assert due_in is not None and 19 < due_in <= 20

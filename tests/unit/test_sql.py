@@ -429,6 +429,23 @@ def test_statement_runs_against_the_schema(name: str) -> None:
         transaction.set_rollback(True)
 
 
+@pytest.mark.parametrize(("limit", "loop_limit"), [(3, 2), (0, 2), (3, 0)])
+def test_a_claim_in_two_parts_runs_against_the_schema(limit: int, loop_limit: int) -> None:
+    """claim_jobs' variants: the threads' part and the event loop's in one statement."""
+    statement = sql.claim_jobs(limit, loop_limit)
+    assert set(re.findall(r"%\((\w+)\)s", statement)) <= set(SAMPLE_PARAMS["CLAIM_JOBS"])
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(statement, SAMPLE_PARAMS["CLAIM_JOBS"])
+        transaction.set_rollback(True)
+
+
+def test_a_claim_asks_for_one_job_at_least() -> None:
+    with pytest.raises(ValueError, match="one job at least"):
+        sql.claim_jobs(0, 0)
+    with pytest.raises(ValueError, match=">= 0"):
+        sql.claim_jobs(-1, 2)
+
+
 @pytest.mark.parametrize("name", sorted(SAMPLE_PARAMS))
 def test_statement_names_only_the_models_tables_and_opens_with_a_comment(name: str) -> None:
     statement = sql.STATEMENTS[name]

@@ -32,9 +32,10 @@ from django_pgjobs.db.sql.fragments import (
     in_target,
 )
 
-CLAIM_JOBS = f"""
--- Claim up to %(limit)s pending jobs of %(queues)s (and of the kinds OF_KINDS admits)
--- for %(worker_id)s (S6-S8) by priority DESC, run_after, id. Each row also says whether
+_CLAIM_JOBS = f"""
+-- Claim up to %(limit)s pending jobs of %(queues)s (and of the kinds OF_KINDS admits; or
+-- in two parts, a worker's threads' and its event loop's: claim_jobs) for %(worker_id)s
+-- (S6-S8) by priority DESC, run_after, id. Each row also says whether
 -- a lapsed claim waits in these queues (S9): the caller then runs RESCUE_LAPSED_JOBS and
 -- claims again. An empty claim still returns one row, for that flag.
 -- Per queue, %(floors)s and %(tops)s (each NULL: none) are what CLAIM_FLOORS found:
@@ -98,28 +99,54 @@ ordered_levels AS (
               ORDER BY j.run_after, j.id LIMIT 1) NULLS LAST,
              l.queue
 ),
-picked AS (
+{{PICKED}}
+{CLAIM_PICKED}
+"""
+
+
+def _picked(name: str, kinds: str, limit: str) -> str:
+    """The `picked` step of CLAIM_JOBS: up to `limit` ids of the kinds `kinds` admits,
+    level by level."""
+    return f"""{name} AS (
     -- The CTE is an optimization fence: LIMIT applies before the UPDATE, and the LATERAL
-    -- scans lock rows only as the LIMIT pulls them, so no more than %(limit)s are locked.
+    -- scans lock rows only as the LIMIT pulls them, so no more than {limit} are locked.
     SELECT c.id
     FROM ordered_levels AS l
     CROSS JOIN LATERAL (
         SELECT j.id FROM pgjobs_job AS j
         WHERE {CLAIMABLE} AND {UNKEYED} AND j.queue = l.queue AND j.priority = l.priority
-          AND j.run_after >= l.floor AND {OF_KINDS}
+          AND j.run_after >= l.floor AND {kinds}
         ORDER BY j.run_after, j.id
-        LIMIT %(limit)s
+        LIMIT {limit}
         FOR UPDATE SKIP LOCKED
     ) AS c
-    LIMIT %(limit)s
-),
-{CLAIM_PICKED}
-"""
+    LIMIT {limit}
+),"""
+
+
+#: A claim of up to %(limit)s jobs of the kinds OF_KINDS admits.
+_PICKED_ONE_PART = _picked("picked", OF_KINDS, "%(limit)s")
+
+#: A worker's claim for its threads and its event loop in one statement: up to
+#: %(thread_limit)s jobs of the kinds OF_KINDS admits (not of %(not_kinds)s, the loop's),
+#: and up to %(loop_limit)s of %(not_kinds)s, each into capacity of its own.
+_PICKED_TWO_PARTS = "\n".join(
+    [
+        _picked("picked_threads", OF_KINDS, "%(thread_limit)s"),
+        _picked("picked_loop", "j.kind = ANY(%(not_kinds)s::text[])", "%(loop_limit)s"),
+        "picked AS (SELECT id FROM picked_threads UNION ALL SELECT id FROM picked_loop),",
+    ]
+)
+
+
+CLAIM_JOBS = _CLAIM_JOBS.replace("{PICKED}", _PICKED_ONE_PART)
 
 
 @functools.cache
-def claim_jobs(limit: int) -> str:
-    """Return CLAIM_JOBS with its LIMIT written into the text.
+def claim_jobs(limit: int, loop_limit: int = 0) -> str:
+    """Return CLAIM_JOBS with its LIMITs written into the text: up to `limit` jobs of the
+    kinds its %(only_kinds)s and %(not_kinds)s admit and, with a `loop_limit`, up to that
+    many of %(not_kinds)s too (a worker's threads and its event loop, in one round trip).
 
     A prepared statement is planned once, before its parameters are known; PostgreSQL
     then guesses a parameter LIMIT at a tenth of the table, and the plan (and its cost,
@@ -127,9 +154,19 @@ def claim_jobs(limit: int) -> str:
     the one-off plan is the plan a known LIMIT gets. A worker claims a few sizes only,
     so few variants exist per connection.
     """
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise ValueError(f"A claim limit must be a whole number >= 1, not {limit!r}.")
-    return CLAIM_JOBS.replace("%(limit)s", str(limit))
+    for value in (limit, loop_limit):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"A claim limit must be a whole number >= 0, not {value!r}.")
+    if limit + loop_limit < 1:
+        raise ValueError("A claim must ask for one job at least.")
+    if not loop_limit:
+        return CLAIM_JOBS.replace("%(limit)s", str(limit))
+    return (
+        _CLAIM_JOBS.replace("{PICKED}", _PICKED_TWO_PARTS)
+        .replace("%(thread_limit)s", str(limit))
+        .replace("%(loop_limit)s", str(loop_limit))
+        .replace("%(limit)s", str(limit + loop_limit))
+    )
 
 
 CLAIM_LIMITED_JOBS = f"""
