@@ -80,3 +80,37 @@ def test_s20_s34_async_keyed_jobs_run_while_the_threads_are_free() -> None:
     with running_worker(queues=["mixed"], concurrency=2, async_concurrency=4, poll_interval=2.0):
         wait_until(lambda: count("pgjobs_job") == 0, timeout=8)
     assert count("tests_note") == 12
+
+
+@pytest.mark.parametrize("listen", [True, False], ids=["notify", "poll-only"])
+def test_s20_s37_a_limited_queue_of_both_kinds_beside_a_free_one(listen: bool) -> None:
+    """Where the worker's claim meets itself: one worker serves a queue limited to 2
+    running jobs and a free one, each holding async and sync jobs. The event loop's
+    claim of the limited queue goes first and the rest of both kinds is one statement:
+    the limit holds over both kinds, and every job of both queues runs."""
+    from django_pgjobs.models import QueueControl
+
+    QueueControl.objects.set_limit("mixed", 2)
+    jobs = []
+    for queue in ("mixed", "free"):
+        jobs += [{"kind": "tests.async_sleep", "payload": {"seconds": 0.1}, "queue": queue}] * 6
+        jobs += [{"kind": "tests.record", "payload": {"sleep": 0.1}, "queue": queue}] * 6
+    Job.objects.enqueue_many(jobs)
+    most = 0
+
+    def drained() -> bool:
+        nonlocal most
+        running = count("pgjobs_job", "queue = 'mixed' AND state = 'running'")
+        most = max(most, running)
+        return count("pgjobs_job") == 0
+
+    with running_worker(
+        queues=["mixed", "free"],
+        concurrency=4,
+        async_concurrency=8,
+        listen=listen,
+        poll_interval=0.2,
+    ):
+        wait_until(drained, timeout=30, interval=0.01)
+    assert 1 <= most <= 2
+    assert count("tests_note") == 12
