@@ -137,7 +137,9 @@ class JobManager(JobUpkeep):
 
         Lapsed claims (crash recovery) come first, then pending jobs in priority DESC,
         run_after, id order. Each claim consumes an attempt and gets a fresh token.
-        Concurrent claimers get disjoint jobs. `n <= 0` returns [] without a query.
+        Concurrent claimers get disjoint jobs. `n <= 0` returns [] without a query. A job
+        a cancel request binds (S38: it went back in line as its cancel came) is
+        dead-lettered with the request's reason instead of returned.
         """
         return self.claim_for_worker(queues, n, worker_id, using=using)[0]
 
