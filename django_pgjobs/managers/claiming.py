@@ -82,13 +82,27 @@ def claim_for_worker(
         return _claim_handles(jobs, names, n + places, worker_id, alias, ANY_KIND)
     loop = Kinds(only=tuple(loop_kinds))
     threads = Kinds(other_than=tuple(loop_kinds))
-    first: list[JobHandle] = []
+    handles: list[JobHandle] = []
     if places > 0:
-        first, _ = _claim_handles(jobs, names, places, worker_id, alias, loop, unkeyed=False)
-    handles, due = _claim_handles(
-        jobs, names, n, worker_id, alias, threads, loop=(loop, places - len(first))
-    )
-    return sorted(first + handles, key=_claim_order), due
+        handles, _ = _claim_handles(jobs, names, places, worker_id, alias, loop, unkeyed=False)
+    left = few_sizes(places - len(handles), places)
+    more, due = _claim_handles(jobs, names, n, worker_id, alias, threads, loop=(loop, left))
+    handles += more
+    # The statement may have found the loop's keyed jobs waiting (its flag): take them
+    # now, as a claim of one kind does, not at the next poll.
+    left = places - sum(1 for handle in handles if loop.admits(handle.kind))
+    if left > 0 and keyed_claims(alias, loop).due():
+        more, _ = _claim_handles(jobs, names, left, worker_id, alias, loop, unkeyed=False)
+        handles += more
+    return sorted(handles, key=_claim_order), due
+
+
+def few_sizes(wanted: int, whole: int) -> int:
+    """`wanted` when it is `whole`, else the largest power of two of it: each size of a
+    claim is a statement of its own (sql.claim_jobs), prepared once per connection."""
+    if wanted <= 0 or wanted >= whole:
+        return max(wanted, 0)
+    return 1 << (wanted.bit_length() - 1)
 
 
 def _claim_handles(
@@ -110,19 +124,23 @@ def _claim_handles(
         return [], (False, None)
     limited = sorted(limited_queues(alias).intersection(names))
     found = claim(names, limited, n, worker_id, alias, kinds, unkeyed=unkeyed, loop=loop)
-    handles = _runnable(jobs, found.rows, alias)
+    handles, stopped = _runnable(jobs, found.rows, alias)
     if found.lapsed_waiting:
         # Rare: a claim lapsed in these queues (its worker died). Put it back in line
         # (or bury it), then fill what this claim has left.
         jobs.rescue_lapsed(names, pgjobs_settings.SWEEP_BATCH, using=alias)
         mine = sum(1 for handle in handles if kinds.admits(handle.kind))
-        more = None if loop is None else (loop[0], places - (len(handles) - mine))
-        if mine < n or (more is not None and more[1] > 0):
+        rest = None if loop is None else (loop[0], places - (len(handles) - mine))
+        if mine < n or (rest is not None and rest[1] > 0):
             found = claim(
-                names, limited, n - mine, worker_id, alias, kinds, unkeyed=unkeyed, loop=more
+                names, limited, n - mine, worker_id, alias, kinds, unkeyed=unkeyed, loop=rest
             )
-            handles += _runnable(jobs, found.rows, alias)
+            more, also = _runnable(jobs, found.rows, alias)
+            handles += more
+            stopped = stopped or also
     handles.sort(key=_claim_order)
+    if stopped:  # the claim was short of the jobs it buried: look again at once
+        return handles, (True, 0.0)
     return handles, (found.due_known, found.due_in)
 
 
@@ -169,21 +187,21 @@ def claim(
     return Claimed(rows, lapsed_waiting, unkeyed_part.due_known, unkeyed_part.due_in)
 
 
-def _runnable(jobs: JobManager, rows: Sequence[Any], alias: str) -> list[JobHandle]:
+def _runnable(jobs: JobManager, rows: Sequence[Any], alias: str) -> tuple[list[JobHandle], bool]:
     """The handles of claim statements' rows, less the claims a cancel request binds
     (S38, each statement's next-to-last column): a retry, a lapse or a hand-back put
     their jobs back in line as their cancel came. Those are dead-lettered with their
-    request's reason, never run."""
+    request's reason, never run; the second value says whether there were any."""
     handles = handles_of(rows, alias, jobs)
     reasons: dict[str, str] = {}
     for row in rows:
         if row[-2] is not None:
             reasons.update(db.json_value(row[-2]))
     if not reasons:
-        return handles
+        return handles, False
     stopped = jobs.stop_cancelled(handles, reasons)
     logger.info("jobs ids=%s were cancelled before they ran again", sorted(stopped))
-    return [handle for handle in handles if handle.id not in stopped]
+    return [handle for handle in handles if handle.id not in stopped], bool(stopped)
 
 
 def handles_of(rows: Sequence[Any], alias: str, manager: ClaimWriter) -> list[JobHandle]:
@@ -344,7 +362,7 @@ def _claim_unkeyed(
         if locked != set(limited):  # a limit was lifted since the cache was read
             forget_limits()
     rest = [queue for queue in queues if queue not in locked]
-    wanted = max(n - claimed(taken), 0)
+    wanted = few_sizes(n - claimed(taken), n)
     if not fast or not rest or wanted + places <= 0:
         return Claimed(taken, lapsed_waiting)
     # The loop's part takes the kinds the threads' part leaves out (its %(not_kinds)s).

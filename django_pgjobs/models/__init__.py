@@ -445,8 +445,10 @@ class CancelRequest(models.Model):
     statement that accepted the cancel, without waiting for the row; the job's worker
     reads it at its next heartbeat (or sooner, by NOTIFY), tells the handler, and every
     later end of that claim is a cancellation: an ack, a retry or a lapse of it moves
-    the job to the dead table with the request's reason. Keyed by job; the claim it was
-    made against (`claimed_by`) is the only one it binds."""
+    the job to the dead table with the request's reason. Keyed by job, it binds the job
+    until the job ends: when a retry, a rescue or a hand-back put the job back in line
+    as the cancel came, its next claim dead-letters it unrun (or the sweeper does).
+    `claimed_by` is the claim the cancel saw."""
 
     job_id = models.BigIntegerField(primary_key=True)
     claimed_by = models.UUIDField()

@@ -164,9 +164,16 @@ class Leases:
         return [running.handle for running in self._running.values() if not running.kept]
 
     def cancel(self, job_id: int, token: uuid.UUID, reason: str) -> bool:
-        """Tell the handler of a claim held here that its job is gone (S32)."""
+        """Tell the handler of a claim held here that its job is cancelled (S32): the
+        claim `token` names, or a later claim of the same job, which a cancel request
+        binds too (S38: the job went back in line, and was claimed again, as the cancel
+        came)."""
         running = self._running.get(token)
         if running is None or running.handle.id != job_id:
+            running = next(
+                (held for held in self._running.values() if held.handle.id == job_id), None
+            )
+        if running is None:
             return False
         return running.handle.control.cancel(reason)
 

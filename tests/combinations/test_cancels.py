@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from django.db import transaction
 
+from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.models import DeadJob, Job
+from tests import jobs
 from tests.concurrency.test_limits import most_at_once
 from tests.helpers import (
     count,
@@ -214,6 +216,47 @@ class TestS38ACancelThatMeetsTheJobGoingBackInLine:
         assert second.ack() is False
         assert second.cancelled and second.control.reason == "stop: late"
         assert reason_of(job_id) == "stop: late"
+
+    def test_s3_s24_s38_an_expired_runs_trigger_is_free_of_the_runs_request(self) -> None:
+        """The sweep ends an expired run by promoting its key's pending trigger: that
+        answers the run's request, as a failure's promotion does; the trigger runs."""
+        from django_pgjobs.maintenance import Sweeper
+
+        job_id = Job.objects.enqueue("tests.plain", {"value": 1}, key="k").id
+        (handle,) = Job.objects.claim_batch("default", 1, "w")
+        Job.objects.enqueue("tests.plain", {"value": 2}, key="k")  # a trigger, while it runs
+        execute(
+            "INSERT INTO pgjobs_cancel_request (job_id, claimed_by, reason, requested_at) "
+            "VALUES (%s, %s, 'stop: old run', now())",
+            [job_id, handle.token],
+        )
+        execute("UPDATE pgjobs_job SET expires_at = now() - interval '1 s' WHERE id = %s", [job_id])
+        assert Sweeper(take_turns=False).run_once().triggers_promoted == 1
+        assert count("pgjobs_cancel_request") == 0
+        (trigger,) = Job.objects.claim_batch("default", 1, "w")
+        assert trigger.id == job_id and trigger.payload == {"value": 2}
+
+    @LISTEN
+    def test_s32_s38_a_notice_naming_an_earlier_claim_stops_the_jobs_claim(
+        self, listen: bool
+    ) -> None:
+        """The job went back in line and was claimed again before its cancel committed:
+        the notice names the claim the cancel saw, and reaches the claim that runs; with
+        NOTIFY off, the heartbeat does."""
+        job_id = jobs.patient.using(lease=3 if not listen else 60).enqueue(seconds=60).id
+        with running_worker(queues=["long"], listen=listen, poll_interval=0.2):
+            wait_until(lambda: notes("started") == 1, timeout=10)
+            execute(
+                "INSERT INTO pgjobs_cancel_request (job_id, claimed_by, reason, requested_at) "
+                "VALUES (%s, gen_random_uuid(), 'stop: late', now())",
+                [job_id],
+            )
+            execute(
+                "SELECT pg_notify(%s, 'pgjobs.cancel:' || %s || ':' || gen_random_uuid())",
+                [pgjobs_settings.CHANNEL, job_id],
+            )
+            wait_until(lambda: count("tests_note", "text LIKE 'told: %%'") == 1, timeout=5)
+            wait_until(lambda: reason_of(job_id) == "stop: late", timeout=10)
 
     def test_s3_s38_a_requeued_letter_is_free_of_a_request_its_last_run_left(self) -> None:
         job_id = Job.objects.enqueue("tests.noop").id

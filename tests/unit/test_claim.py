@@ -251,6 +251,21 @@ class TestClaimSaysWhenNextDue:
         asked = Job.objects.next_due_in("default")
         assert asked is not None and asked > 30  # the claims' lease, not the slot
 
+    def test_s34_s37_a_rated_queue_whose_keyed_jobs_wait_for_their_key_does_not_spin(
+        self,
+    ) -> None:
+        """The window emptied, but the job that waits is keyed, at its key's limit: the
+        rate is not what holds it, so the answer is not a slot from now."""
+        from django_pgjobs.models import QueueControl
+
+        QueueControl.objects.set_rate("long", "1000/1s")
+        Job.objects.enqueue_many([{"kind": "tests.locked_tenant", "payload": {"tenant": "a"}}] * 2)
+        handles, _ = Job.objects.claim_for_worker("long", 5, "w")
+        assert len(handles) == 1  # the key admits one at a time
+        execute("UPDATE pgjobs_rate_claim SET at = at - interval '2 s'")
+        asked = Job.objects.next_due_in("long")
+        assert asked is not None and asked > 1  # the running claim's lease, not 1 ms
+
     def test_s37_a_rated_queue_whose_window_emptied_says_one_slot_from_now(self) -> None:
         """A worker stalled past the period between its claim and its question finds
         the window empty: a slot is open, so the answer is one slot's spacing (the
@@ -322,3 +337,29 @@ class TestAWorkersThreadsAndEventLoopClaimTogether:
         )
         assert len(handles) == 2 and known
         assert due_in is not None and 19 < due_in <= 20
+
+    def test_s34_an_async_keyed_job_is_taken_by_the_claim_that_finds_it(self) -> None:
+        """An idle worker knows of no keyed job waiting; the claim's statement finds one
+        of the event loop's kinds: the same claim takes it, not the next poll."""
+        from django_pgjobs.managers import claiming
+
+        claiming._keyed.clear()
+        job_id = Job.objects.enqueue("tests.async_tenant", {"tenant": "t1"}).id
+        handles, _ = Job.objects.claim_for_worker(
+            "mixed", 2, "w", places=2, loop_kinds=["tests.async_tenant"]
+        )
+        assert [handle.id for handle in handles] == [job_id]
+
+    def test_a_claim_short_of_the_jobs_it_buried_says_look_again_now(self) -> None:
+        """Every job the statement took was cancelled (S38) and buried: more may wait."""
+        ids = [Job.objects.enqueue("tests.noop").id for _ in range(2)]
+        Job.objects.enqueue("tests.noop")
+        for job_id in ids:
+            execute(
+                "INSERT INTO pgjobs_cancel_request (job_id, claimed_by, reason, requested_at) "
+                "VALUES (%s, gen_random_uuid(), 'stop', now())",
+                [job_id],
+            )
+        handles, due = Job.objects.claim_for_worker("default", 2, "w")
+        assert handles == [] and due == (True, 0.0)
+        assert len(Job.objects.claim_batch("default", 5, "w")) == 1

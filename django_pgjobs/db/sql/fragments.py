@@ -178,9 +178,16 @@ NEXT_DUE_SECONDS = """extract(epoch FROM least(
           )) - 1, 0)
           LIMIT 1),
          -- An empty window (its last claim left it while the worker was between its
-         -- claim and this question): a slot is open. One slot's spacing from now, not
-         -- "now", for the same reason; not never, or the worker would sleep to its poll.
-         statement_timestamp() + make_interval(secs => c.rate_period_s / c.rate_limit)))
+         -- claim and this question), and an unkeyed job waits, which nothing but the
+         -- rate holds back (a keyed one may wait for its key's limit): a slot is open.
+         -- One slot's spacing from now, at least 50 ms, not "now", for the same reason;
+         -- not never, or the worker would sleep to its poll.
+         CASE WHEN (SELECT j.run_after FROM pgjobs_job AS j
+                    WHERE j.state = 'pending' AND j.queue = c.name AND j.limit_key IS NULL
+                    ORDER BY j.run_after LIMIT 1) <= now()
+              THEN statement_timestamp()
+                   + make_interval(secs => greatest(c.rate_period_s / c.rate_limit, 0.05))
+         END))
      FROM pgjobs_queue AS c
      WHERE c.name = ANY(%(queues)s::text[]) AND c.rate_limit IS NOT NULL AND NOT c.paused
        -- Not held back by its running limit, which a completion lifts instead.

@@ -4,6 +4,7 @@ writes (S18), the sweeper's (S24), and the overview read along the partial index
 from __future__ import annotations
 
 from django_pgjobs.db.sql.fragments import (
+    CANCELS_ANSWERED,
     DEPENDENTS_OF_BURIED,
     EDGES_OF_PRUNED,
     KEPT_COLUMNS,
@@ -299,8 +300,9 @@ promoted AS (
                 'exception', NULL, 'worker_id', j.worker_id)),
             '$[last - $keep to last]', jsonb_build_object('keep', %(errors_kept)s - 1))
     WHERE {in_target("k.has_rerun")}
-    RETURNING j.queue, j.run_after
+    RETURNING j.id, j.queue, j.run_after
 ),
+{CANCELS_ANSWERED},
 woke AS (
     SELECT pg_notify(%(channel)s, p.queue)
     FROM (SELECT DISTINCT queue FROM promoted WHERE %(notify)s AND run_after <= now()) AS p
