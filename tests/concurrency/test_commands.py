@@ -126,3 +126,29 @@ def test_the_start_check_waits_for_a_server_that_takes_no_writes_yet_then_says_w
         default.close()
         options.clear()
         options.update(saved)
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        # A server whose lc_messages is not English: known by its SQLSTATE.
+        ("ReadOnlySqlTransaction", True),
+        ("CannotConnectNow", True),
+        ("UndefinedTable", False),
+        ("QueryCanceled", False),
+    ],
+)
+def test_a_server_that_cannot_take_the_worker_yet_is_known_in_any_language(
+    error: str, expected: bool
+) -> None:
+    import psycopg
+    from django.db import OperationalError
+
+    from django_pgjobs.management.commands import runjobs
+
+    cause = getattr(psycopg.errors, error)("FEHLER: eine übersetzte Meldung")
+    try:
+        raise OperationalError(str(cause)) from cause
+    except OperationalError as wrapped:
+        assert runjobs.transient(wrapped) is expected
+    assert runjobs.transient(OperationalError("session is read-only")) is True

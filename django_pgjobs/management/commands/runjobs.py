@@ -27,7 +27,12 @@ START_CHECK_PAUSE_S = 0.5
 #: read-only, the new one not promoted yet), or the server is starting, in recovery or
 #: shutting down (a restart).
 START_TRANSIENT_WAIT_S = 60.0
-#: What libpq and PostgreSQL say of such a server (English messages).
+#: What PostgreSQL answers such a server's statements with, in any language: a
+#: read-only transaction (25006), and "the database system is starting up / in recovery
+#: / shutting down / not yet accepting connections" (57P03, cannot_connect_now).
+_TRANSIENT_SQLSTATES = frozenset({"25006", "57P03"})
+#: What libpq says of such a server on its own (no SQLSTATE), and the server's words
+#: when a connection's refusal comes without one: English messages.
 _TRANSIENT = (
     "read-only",
     "hot standby",
@@ -36,6 +41,16 @@ _TRANSIENT = (
     "shutting down",
     "not yet accepting connections",
 )
+
+
+def transient(error: BaseException) -> bool:
+    """Whether `error` (a database error, or Django's wrap of one) says the server cannot
+    take the worker yet: by its SQLSTATE, whatever the server's lc_messages; else by
+    libpq's English words."""
+    cause = error.__cause__ if error.__cause__ is not None else error
+    if getattr(cause, "sqlstate", None) in _TRANSIENT_SQLSTATES:
+        return True
+    return any(words in str(error) for words in _TRANSIENT)
 
 
 def positive_int(text: str) -> int:
@@ -347,8 +362,7 @@ class Command(BaseCommand):
                 ) from None
             except (OperationalError, DatabaseError) as error:
                 connections[database].close()
-                transient = any(words in str(error) for words in _TRANSIENT)
-                if transient and time.monotonic() - waited_since < START_TRANSIENT_WAIT_S:
+                if transient(error) and time.monotonic() - waited_since < START_TRANSIENT_WAIT_S:
                     time.sleep(START_CHECK_PAUSE_S)
                     continue
                 if attempt >= START_CHECKS:
