@@ -9,6 +9,8 @@ from other workers.
 
 from __future__ import annotations
 
+from django_pgjobs.managers.claiming import few_sizes
+
 #: The longest a job claimed ahead (prefetched) should wait for a free thread, judged by
 #: the recent run time of this worker's jobs.
 PREFETCH_WAIT_S = 0.05
@@ -78,9 +80,9 @@ class Pacing:
         when every place is free; else the largest power of two of them. A claim for the
         threads and the loop is one statement per pair of sizes (sql.claim_jobs), so the
         places come in a few sizes, as the threads' do (claim_size)."""
-        if now < self._loop_due_at or free <= 0:
+        if now < self._loop_due_at:
             return 0
-        return free if free >= capacity else 1 << (free.bit_length() - 1)
+        return few_sizes(free, capacity)
 
     def claimed(self, threads: tuple[int, int], places: tuple[int, int], now: float) -> None:
         """A claim asked for and took (threads asked, taken) and (places asked, taken)."""
