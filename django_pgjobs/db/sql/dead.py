@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_pgjobs.db.sql.fragments import EDGES_OF_PRUNED, ON_LIVE_KEY
+from django_pgjobs.db.sql.fragments import CANCELS_OF_MOVED, EDGES_OF_PRUNED, ON_LIVE_KEY
 
 REQUEUE_DEAD_JOB = f"""
 -- Move a dead letter back to pending with a fresh attempt budget and no expiry; if its
@@ -35,10 +35,7 @@ merged AS (
 woke AS (
     SELECT pg_notify(%(channel)s, queue) FROM merged WHERE %(notify)s AND runnable
 ),
-unbound AS (
-    -- A cancel request left for the letter's run (S38) does not bind its new life.
-    DELETE FROM pgjobs_cancel_request WHERE job_id IN (SELECT id FROM moved)
-)
+{CANCELS_OF_MOVED}
 SELECT id, inserted, (SELECT count(*) FROM woke) FROM merged
 """
 

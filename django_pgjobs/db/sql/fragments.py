@@ -30,6 +30,12 @@ CANCELS_ANSWERED = """answered AS (
     WHERE c.job_id IN (SELECT b.id FROM buried AS b UNION ALL SELECT p.id FROM promoted AS p)
 )"""
 
+#: S38 for a statement whose `moved` CTE returns the dead letters it brought back to
+#: life: a cancel request left for a letter's last run does not bind its new life.
+CANCELS_OF_MOVED = """unbound AS (
+    DELETE FROM pgjobs_cancel_request WHERE job_id IN (SELECT id FROM moved)
+)"""
+
 #: The cancel requests (S38) binding the jobs of the claims %(ids)s, as a JSON object of
 #: reasons by job id ({} when none: one probe of an empty table, as a rule).
 CANCELS_REQUESTED = """(SELECT coalesce(jsonb_object_agg(c.job_id, c.reason), '{}')

@@ -19,7 +19,7 @@ text that migration replaces is frozen beside workflows_0006 for its reverse.
 
 from __future__ import annotations
 
-from django_pgjobs.db.sql.fragments import KEPT_COLUMNS, KEPT_COLUMNS_OF_J
+from django_pgjobs.db.sql.fragments import CANCELS_OF_MOVED, KEPT_COLUMNS, KEPT_COLUMNS_OF_J
 from django_pgjobs.db.sql.jobs import DOCUMENT_COLUMNS, DOCUMENT_VALUES
 
 END_PARENTS_FUNCTION = f"""
@@ -420,10 +420,7 @@ revived AS (
     FROM moved AS j
     RETURNING id
 ),
-unbound AS (
-    -- A cancel request left for a dependent's run (S38) does not bind its new life.
-    DELETE FROM pgjobs_cancel_request WHERE job_id IN (SELECT id FROM moved)
-)
+{CANCELS_OF_MOVED}
 SELECT count(*) FROM revived
 """
 
