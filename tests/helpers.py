@@ -77,6 +77,16 @@ def count(table: str = "pgjobs_job", where: str = "true", params: Any = None) ->
     return int(scalar(f"SELECT count(*) FROM {table} WHERE {where}", params))
 
 
+def record_cancel_request(job_id: int, token: Any = None, reason: str = "cancelled") -> None:
+    """Write a cancel request (S38) as a cancel of a held row does, by hand: naming the
+    claim `token` (None: a claim that is not the job's, a random one)."""
+    execute(
+        "INSERT INTO pgjobs_cancel_request (job_id, claimed_by, reason, requested_at) "
+        "VALUES (%s, coalesce(%s, gen_random_uuid()), %s, now())",
+        [job_id, token, reason],
+    )
+
+
 def lapse(job_id: int) -> None:
     """Make a claim's lease lapse, as if its worker had died a while ago."""
     execute(

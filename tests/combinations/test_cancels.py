@@ -21,6 +21,7 @@ from tests.helpers import (
     execute,
     lapse,
     other_connection,
+    record_cancel_request,
     run_threads,
     running_worker,
     wait_until,
@@ -126,11 +127,7 @@ class TestS38CancelsOfHeldRows:
         job_id = Job.objects.enqueue("tests.noop", result_retention=60).id
         (handle,) = Job.objects.claim_batch("default", 1, "w")
         assert handle.ack() is True
-        execute(
-            "INSERT INTO pgjobs_cancel_request (job_id, claimed_by, reason, requested_at) "
-            "VALUES (%s, %s, 'cancelled', now())",
-            [job_id, handle.token],
-        )
+        record_cancel_request(job_id, handle.token, "cancelled")
         Sweeper(take_turns=False).run_once()
         assert count("pgjobs_cancel_request") == 0
         assert execute("SELECT state FROM pgjobs_job WHERE id = %s", [job_id]) == [("done",)]
@@ -206,11 +203,7 @@ class TestS38ACancelThatMeetsTheJobGoingBackInLine:
         (first,) = Job.objects.claim_batch("default", 1, "w")
         assert first.retry("flaky", delay=0) is True
         (second,) = Job.objects.claim_batch("default", 1, "w2")
-        execute(
-            "INSERT INTO pgjobs_cancel_request (job_id, claimed_by, reason, requested_at) "
-            "VALUES (%s, %s, 'stop: late', now())",
-            [job_id, first.token],
-        )
+        record_cancel_request(job_id, first.token, "stop: late")
         beats = Job.objects.heartbeat_unlocked([second])
         assert [(handle.id, reason) for handle, reason in beats.gone] == [(job_id, "stop: late")]
         assert second.ack() is False
@@ -225,11 +218,7 @@ class TestS38ACancelThatMeetsTheJobGoingBackInLine:
         job_id = Job.objects.enqueue("tests.plain", {"value": 1}, key="k").id
         (handle,) = Job.objects.claim_batch("default", 1, "w")
         Job.objects.enqueue("tests.plain", {"value": 2}, key="k")  # a trigger, while it runs
-        execute(
-            "INSERT INTO pgjobs_cancel_request (job_id, claimed_by, reason, requested_at) "
-            "VALUES (%s, %s, 'stop: old run', now())",
-            [job_id, handle.token],
-        )
+        record_cancel_request(job_id, handle.token, "stop: old run")
         execute("UPDATE pgjobs_job SET expires_at = now() - interval '1 s' WHERE id = %s", [job_id])
         assert Sweeper(take_turns=False).run_once().triggers_promoted == 1
         assert count("pgjobs_cancel_request") == 0
@@ -246,11 +235,7 @@ class TestS38ACancelThatMeetsTheJobGoingBackInLine:
         job_id = jobs.patient.using(lease=3 if not listen else 60).enqueue(seconds=60).id
         with running_worker(queues=["long"], listen=listen, poll_interval=0.2):
             wait_until(lambda: notes("started") == 1, timeout=10)
-            execute(
-                "INSERT INTO pgjobs_cancel_request (job_id, claimed_by, reason, requested_at) "
-                "VALUES (%s, gen_random_uuid(), 'stop: late', now())",
-                [job_id],
-            )
+            record_cancel_request(job_id, reason="stop: late")
             execute(
                 "SELECT pg_notify(%s, 'pgjobs.cancel:' || %s || ':' || gen_random_uuid())",
                 [pgjobs_settings.CHANNEL, job_id],
@@ -262,11 +247,7 @@ class TestS38ACancelThatMeetsTheJobGoingBackInLine:
         job_id = Job.objects.enqueue("tests.noop").id
         (handle,) = Job.objects.claim_batch("default", 1, "w")
         assert handle.fail("broken") is True
-        execute(
-            "INSERT INTO pgjobs_cancel_request (job_id, claimed_by, reason, requested_at) "
-            "VALUES (%s, %s, 'cancelled', now())",
-            [job_id, handle.token],
-        )
+        record_cancel_request(job_id, handle.token, "cancelled")
         DeadJob.objects.requeue([job_id])
         assert count("pgjobs_cancel_request") == 0
         (again,) = Job.objects.claim_batch("default", 1, "w")

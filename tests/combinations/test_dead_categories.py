@@ -13,7 +13,15 @@ from django_pgjobs.maintenance import Sweeper
 from django_pgjobs.models import DeadJob, Job
 from django_pgjobs.states import DeadCategory
 from tests.combinations.test_cancels import _fence_holds
-from tests.helpers import dead_row, drain, execute, lapse, running_worker, wait_until
+from tests.helpers import (
+    dead_row,
+    drain,
+    execute,
+    lapse,
+    record_cancel_request,
+    running_worker,
+    wait_until,
+)
 from tests.jobs import always_broken, fail_bare, fail_with_message, needs_x, not_json
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -150,11 +158,7 @@ class TestS38CancelsFileAsCancelled:
         bound = Job.objects.enqueue("demo.task", queue="lapsing").id
         spent = Job.objects.enqueue("demo.task", queue="lapsing", max_attempts=1).id
         handles = {h.id: h for h in Job.objects.claim_batch("lapsing", 10, "w")}
-        execute(
-            "INSERT INTO pgjobs_cancel_request (job_id, claimed_by, reason) "
-            "VALUES (%s, %s, 'stop: wrong customer')",
-            [bound, handles[bound].token],
-        )
+        record_cancel_request(bound, handles[bound].token, "stop: wrong customer")
         lapse(bound)
         lapse(spent)
         assert Job.objects.rescue_lapsed(["lapsing"], 10).dead == 2

@@ -17,6 +17,7 @@ from tests.helpers import (
     execute,
     lapse,
     make_due,
+    record_cancel_request,
     row,
     seconds_from_now,
 )
@@ -355,11 +356,7 @@ class TestAWorkersThreadsAndEventLoopClaimTogether:
         ids = [Job.objects.enqueue("tests.noop").id for _ in range(2)]
         Job.objects.enqueue("tests.noop")
         for job_id in ids:
-            execute(
-                "INSERT INTO pgjobs_cancel_request (job_id, claimed_by, reason, requested_at) "
-                "VALUES (%s, gen_random_uuid(), 'stop', now())",
-                [job_id],
-            )
+            record_cancel_request(job_id, reason="stop")
         handles, due = Job.objects.claim_for_worker("default", 2, "w")
         assert handles == [] and due == (True, 0.0)
         assert len(Job.objects.claim_batch("default", 5, "w")) == 1
