@@ -23,6 +23,7 @@ class FreezableProxy:
         self.frozen = threading.Event()
         self._closed = threading.Event()
         self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()  # a socket is kept, or closed, never left between
         self._listener = socket.create_server(("127.0.0.1", self.port))
         self._listener.settimeout(0.2)
         threading.Thread(target=self._accept, name="proxy-accept", daemon=True).start()
@@ -34,10 +35,12 @@ class FreezableProxy:
         self.frozen.clear()
 
     def close(self) -> None:
-        self._closed.set()
+        with self._lock:
+            self._closed.set()
+            sockets, self._sockets = self._sockets, []
         self.frozen.clear()
         self._listener.close()
-        for sock in self._sockets:
+        for sock in sockets:
             # Shut down first: a close alone leaves a socket open while a pump waits on it.
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -57,8 +60,18 @@ class FreezableProxy:
                 continue
             except OSError:
                 return
-            self._sockets.append(client)
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+            if self._keep(client):
+                threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _keep(self, sock: socket.socket) -> bool:
+        """Keep `sock` for close(); False (and `sock` closed) once the proxy is closed: a
+        socket accepted or connected while it closed is not left open."""
+        with self._lock:
+            if not self._closed.is_set():
+                self._sockets.append(sock)
+                return True
+        sock.close()
+        return False
 
     def _serve(self, client: socket.socket) -> None:
         if not self._wait_thawed():  # a frozen server accepts, and never answers
@@ -68,7 +81,8 @@ class FreezableProxy:
         except OSError:
             client.close()
             return
-        self._sockets.append(server)
+        if not self._keep(server):
+            return
         for source, target in ((client, server), (server, client)):
             threading.Thread(target=self._pump, args=(source, target), daemon=True).start()
 
