@@ -48,11 +48,14 @@ def fenced_record(ctx: JobHandle, label: str = "", sleep: float = 0) -> None:
 
 #: Gates a test opens to let its tests.gate jobs finish (workers running in-process).
 GATES: defaultdict[str, threading.Event] = defaultdict(threading.Event)
+#: Set when a tests.gate job of that name starts to wait: its thread is held.
+AT_GATE: defaultdict[str, threading.Event] = defaultdict(threading.Event)
 
 
 @job(name="tests.gate")
 def gate(name: str) -> None:
     """Hold a handler thread until the test opens the gate `name` (30 s at most)."""
+    AT_GATE[name].set()
     GATES[name].wait(30)
 
 

@@ -12,7 +12,7 @@ from django.test import override_settings
 
 from django_pgjobs import registry
 from django_pgjobs.models import Job
-from django_pgjobs.worker import Worker, default_queues
+from django_pgjobs.worker import Worker, default_queues, pacing
 from tests import jobs
 from tests.helpers import (
     count,
@@ -244,21 +244,38 @@ class TestHeartbeats:
         assert worker.stats.succeeded == 1
 
 
+@pytest.fixture
+def quick_jobs_count_as_short(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs that measured milliseconds count as short whatever the machine's load: a
+    no-op timed at 12 ms on a busy CI machine would otherwise shrink the prefetch
+    (PREFETCH_WAIT_S over the mean run time) and with it the jobs a test waits for."""
+    monkeypatch.setattr(pacing, "PREFETCH_WAIT_S", 60.0)
+
+
 class TestPrefetch:
     """Short jobs are claimed ahead of free threads; slow ones never are."""
 
     def _one_thread_held_by_a_gate(self, name: str, behind: list[dict[str, Any]]) -> None:
         """Three quick jobs (they give the worker a run time), then a gate that holds the
-        only thread, then the jobs `behind`, in claim order."""
+        only thread, then the jobs `behind`, in claim order. The tests that call it use
+        `quick_jobs_count_as_short`."""
         Job.objects.enqueue_many([{"kind": "tests.noop", "priority": 10}] * 3)
         Job.objects.enqueue("tests.gate", {"name": name}, priority=5)
         Job.objects.enqueue_many(behind)
 
+    def _wait_for_the_gate(self, name: str, running: int) -> None:
+        """Until the gate holds the thread and `running` jobs are claimed: before it does,
+        a quick job may still be running, the gate among those waiting for the thread."""
+        wait_until(
+            lambda: jobs.AT_GATE[name].is_set() and count(where="state = 'running'") == running
+        )
+
+    @pytest.mark.usefixtures("quick_jobs_count_as_short")
     def test_short_jobs_wait_claimed_for_a_thread_up_to_the_prefetch(self) -> None:
         self._one_thread_held_by_a_gate("ahead", [{"kind": "tests.noop"}] * 20)
         try:
             with running_worker(concurrency=1, prefetch=5, poll_interval=0.2):
-                wait_until(lambda: count(where="state = 'running'") == 6)
+                self._wait_for_the_gate("ahead", running=6)
                 time.sleep(0.3)
                 assert count(where="state = 'running'") == 6  # the gate and 5 waiting
                 jobs.GATES["ahead"].set()
@@ -294,11 +311,12 @@ class TestPrefetch:
                 time.sleep(0.01)
         assert count() == 0 and most == 1
 
+    @pytest.mark.usefixtures("quick_jobs_count_as_short")
     def test_s25_a_stop_hands_back_the_waiting_jobs_at_once(self) -> None:
         self._one_thread_held_by_a_gate("stop", [{"kind": "tests.noop"}] * 20)
         try:
             with running_worker(concurrency=1, prefetch=5, poll_interval=0.2) as worker:
-                wait_until(lambda: count(where="state = 'running'") == 6)
+                self._wait_for_the_gate("stop", running=6)
                 worker.stop()
                 # Handed back while the gate still runs, their attempts refunded.
                 wait_until(lambda: count(where="state = 'pending' AND attempts = 0") == 20)
@@ -310,6 +328,7 @@ class TestPrefetch:
             jobs.GATES["stop"].set()
         assert count() == 20 and worker.stats.succeeded == 4
 
+    @pytest.mark.usefixtures("quick_jobs_count_as_short")
     def test_a_job_whose_claim_lapsed_while_it_waited_is_not_started(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
@@ -330,6 +349,7 @@ class TestPrefetch:
             jobs.GATES["lapse"].set()
         assert notes() == [(waiting, "waited", 2)]  # never run on the lapsed first claim
 
+    @pytest.mark.usefixtures("quick_jobs_count_as_short")
     def test_s21_a_waiting_transaction_mode_job_keeps_its_lease(self) -> None:
         self._one_thread_held_by_a_gate("lease", [])
         waiting = jobs.atomic_write.using(lease=1).enqueue(text="after the gate").id
