@@ -9,17 +9,17 @@ of the worker waits on the old one.
 The watchdog watches every TCP connection to PostgreSQL of a worker's process: Django's,
 in every thread (handlers' included), and the LISTEN line. It never calls libpq from
 another thread: a connection is busy while psycopg holds its lock (a statement, a
-commit), and the kernel says how long its socket has received nothing (Linux's
-TCP_INFO). When a busy connection has heard nothing for longer than `timeout`, it knocks
-on the same server: a new connection and the first message of PostgreSQL's protocol (an
-SSL request), which a live server answers before any login, however busy or out of
-connections. A server that answers is only slow, and the statement is left alone. One
-that does not answer in time is taken for hung: every watched connection to it is cut
-(its socket shut down), so that each waiting call fails as if the server had died, and
-the worker's usual path takes over: back off, reconnect, and land (libpq's multi-host
-URL) on the server that now takes writes. What the cut calls had sent is the server's to
-commit or not, as after any lost connection: claims come back when their lease lapses,
-completions are sent again.
+commit), and the kernel says how long its socket has sent and received nothing (Linux's
+TCP_INFO). When a busy connection has waited longer than `timeout` since it last sent
+or received anything, it knocks on the same server: a new connection and the first
+message of PostgreSQL's protocol (an SSL request), which a live server answers before
+any login, however busy or out of connections. A server that answers is only slow, and
+the statement is left alone. One that does not answer in time is taken for hung: every
+watched connection to it is cut (its socket shut down), so that each waiting call fails
+as if the server had died, and the worker's usual path takes over: back off, reconnect,
+and land (libpq's multi-host URL) on the server that now takes writes. What the cut
+calls had sent is the server's to commit or not, as after any lost connection: claims
+come back when their lease lapses, completions are sent again.
 
 Unix-socket connections are not watched (their server is on the same host), nor are
 connections on a system without TCP_INFO.
@@ -50,9 +50,9 @@ logger = logging.getLogger("django_pgjobs.worker")
 #: The first message of PostgreSQL's protocol a client may send: an SSL request (length
 #: 8, code 80877103), which the server answers with one byte, S or N, before any login.
 SSL_REQUEST = struct.pack("!ii", 8, 80877103)
-#: Where Linux's struct tcp_info keeps the milliseconds since data was last received
-#: (tcpi_last_data_recv), and the bytes to ask for.
-_LAST_DATA_RECV, _TCP_INFO_BYTES = 52, 104
+#: Where Linux's struct tcp_info keeps the milliseconds since data was last sent
+#: (tcpi_last_data_sent) and received (tcpi_last_data_recv), and the bytes to ask for.
+_LAST_DATA_SENT, _LAST_DATA_RECV, _TCP_INFO_BYTES = 44, 52, 104
 
 
 def connect_timeout(timeout: float) -> int:
@@ -114,14 +114,18 @@ class _Watched:
 
 
 def _silent_ms(sock: socket.socket) -> int | None:
-    """Milliseconds since the socket last received data (None: the kernel cannot say)."""
+    """Milliseconds the socket has waited for the server: since it last sent or received
+    data, whichever came later (None: the kernel cannot say). A connection idle for a
+    minute that sends a statement now has waited for nothing yet."""
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
     except (OSError, AttributeError):
         return None
     if len(info) < _LAST_DATA_RECV + 4:
         return None
-    return int(struct.unpack_from("I", info, _LAST_DATA_RECV)[0])
+    since_sent = struct.unpack_from("I", info, _LAST_DATA_SENT)[0]
+    since_received = struct.unpack_from("I", info, _LAST_DATA_RECV)[0]
+    return int(min(since_sent, since_received))
 
 
 class Watchdog:

@@ -11,6 +11,7 @@ tests/processes/test_failover.py.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -24,7 +25,7 @@ from django.test import override_settings
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db.watchdog import Watchdog, connection_options, guarding
 from django_pgjobs.testing.localdb import free_port
-from tests.helpers import conninfo
+from tests.helpers import conninfo, wait_until
 from tests.proxy import FreezableProxy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -101,6 +102,36 @@ def test_s43_a_slow_statement_on_a_server_that_answers_runs_to_its_end(
         assert outcome == ("", "done"), outcome
         assert conn.execute("SELECT 1").fetchone() == (1,)
     assert 1 <= len(probes) <= 4, probes
+
+
+def test_s43_a_statement_is_timed_from_when_it_was_sent_not_from_the_last_answer(
+    proxy: FreezableProxy,
+) -> None:
+    """A connection idle for longer than the timeout that starts a statement has not
+    waited for the server that long: it asked a moment ago. No probe for it (a probe
+    costs the server a process, and one the load delayed would cut a live server)."""
+    dog = Watchdog(timeout=2)  # not started: the test calls check() itself
+    probes: list[Any] = []
+    dog._answers = lambda peer: probes.append(peer) or True  # type: ignore[method-assign]
+    with through(proxy) as conn:
+        dog.watch(conn)
+        time.sleep(2.5)  # idle: nothing received for longer than the timeout
+        running = threading.Thread(target=lambda: conn.execute("SELECT pg_sleep(2)"))
+        running.start()
+        try:
+            wait_until(conn.lock.locked, timeout=5, interval=0.01)
+            time.sleep(0.2)
+            assert dog.check() == [] and probes == []
+        finally:
+            running.join(10)
+        # The same wait on a statement that has run past the timeout is probed.
+        running = threading.Thread(target=lambda: conn.execute("SELECT pg_sleep(3)"))
+        running.start()
+        try:
+            time.sleep(2.4)
+            assert dog.check() == [] and len(probes) == 1  # it answered: left alone
+        finally:
+            running.join(10)
 
 
 def test_s43_a_closed_connection_is_forgotten_and_never_cut(
