@@ -337,6 +337,8 @@ def _claim_unkeyed(
     taken: list[Any] = []
     lapsed_waiting = False
     locked: set[str] = set()
+    #: Whether keyed jobs wait in the limited queues: the fast claim reads the others.
+    keyed_in_locked = False
     places = 0 if loop is None else loop[1]
     if n <= 0 and places <= 0:
         return Claimed(taken, lapsed_waiting)
@@ -358,6 +360,7 @@ def _claim_unkeyed(
                 rows = db.fetchall(sql.CLAIM_LIMITED_JOBS, params, alias)
                 taken += rows
                 lapsed_waiting = bool(rows and rows[0][0])
+                keyed_in_locked = bool(rows and rows[0][1])
                 keyed_claims(alias, kinds).seen(rows)
         if locked != set(limited):  # a limit was lifted since the cache was read
             forget_limits()
@@ -381,9 +384,9 @@ def _claim_unkeyed(
     rows = db.fetchall(sql.claim_jobs(wanted, places), params, alias)
     taken += rows
     lapsed_waiting = lapsed_waiting or bool(rows and rows[0][0])
-    keyed_claims(alias, kinds).seen(rows)
+    keyed_claims(alias, kinds).seen(rows, elsewhere=keyed_in_locked)
     if loop is not None:
-        keyed_claims(alias, loop[0]).seen(rows)
+        keyed_claims(alias, loop[0]).seen(rows, elsewhere=keyed_in_locked)
     due = rows[0][-1] if rows else None  # NULL: full, or not asked
     if due is None:
         return Claimed(taken, lapsed_waiting)
@@ -434,10 +437,11 @@ class KeyedClaims:
             )
             self._due_at = time.monotonic() + self._backoff_s
 
-    def seen(self, rows: Sequence[Any]) -> None:
-        """A claim statement said whether keyed jobs wait in its queues (its second flag)."""
+    def seen(self, rows: Sequence[Any], *, elsewhere: bool = False) -> None:
+        """A claim statement said whether keyed jobs wait in its queues (its second flag);
+        `elsewhere`: another statement of the claim found some in the claimer's others."""
         if rows:
-            waiting = bool(rows[0][1])
+            waiting = bool(rows[0][1]) or elsewhere
             if waiting and not self.waiting:
                 self._backoff_s = self._due_at = 0.0
             self.waiting = waiting

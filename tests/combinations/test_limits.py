@@ -113,6 +113,19 @@ class TestS37QueueLimitsBindKeyedJobs:
         spans = [span for spans in tenant_intervals().values() for span in spans]
         assert len(spans) == 12 and most_at_once(spans) <= 2
 
+    @pytest.mark.parametrize("listen", [True, False], ids=["notify", "poll-only"])
+    def test_s34_s37_a_worker_of_several_queues_runs_the_keyed_jobs_of_a_limited_one(
+        self, listen: bool
+    ) -> None:
+        """The claim of the other queues, which finds no keyed job in them, does not
+        make the worker forget those waiting in the limited queue."""
+        QueueControl.objects.set_limit("qa", 1)
+        for n in range(4):
+            keyed(f"t{n}", "qa", n)
+        options = {"queues": ["qa", "qb"], "concurrency": 4, "listen": listen}
+        with running_worker(**options, poll_interval=0.5):
+            wait_until(lambda: execute("SELECT count(*) FROM pgjobs_job") == [(0,)], timeout=15)
+
 
 class TestS37ClaimsAreStampedWhenTheirSlotIsTaken:
     @pytest.mark.parametrize("kind", ["tests.noop", "tests.tenant"], ids=["unkeyed", "keyed"])
