@@ -112,7 +112,12 @@ def test_s43_a_statement_is_timed_from_when_it_was_sent_not_from_the_last_answer
     costs the server a process, and one the load delayed would cut a live server)."""
     dog = Watchdog(timeout=2)  # not started: the test calls check() itself
     probes: list[Any] = []
-    dog._answers = lambda peer: probes.append(peer) or True  # type: ignore[method-assign]
+
+    def answers(peer: Any) -> bool:
+        probes.append(peer)
+        return True
+
+    dog._answers = answers  # type: ignore[method-assign]
     with through(proxy) as conn:
         dog.watch(conn)
         time.sleep(2.5)  # idle: nothing received for longer than the timeout
