@@ -20,7 +20,7 @@ from django_pgjobs.claims import ClaimWriter, JobHandle
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
-from django_pgjobs.managers.queues import forget_limits, limited_queues
+from django_pgjobs.managers.queues import forget_limits, limited_queues, limits_seen
 from django_pgjobs.records import ClaimCost
 
 if TYPE_CHECKING:
@@ -60,6 +60,9 @@ class Claimed(NamedTuple):
     lapsed_waiting: bool
     due_known: bool = False
     due_in: float | None = None
+    #: A queue was found limited that the claimer took for unlimited: its jobs were
+    #: skipped, and the claim is to be made again at once.
+    limits_changed: bool = False
 
 
 def claim_for_worker(
@@ -122,7 +125,7 @@ def _claim_handles(
     places = loop[1] if loop is not None else 0
     if n <= 0 and places <= 0:
         return [], (False, None)
-    limited = sorted(limited_queues(alias).intersection(names))
+    limited = sorted(limited_queues(alias, names))
     found = claim(names, limited, n, worker_id, alias, kinds, unkeyed=unkeyed, loop=loop)
     handles, stopped = _runnable(jobs, found.rows, alias)
     if found.lapsed_waiting:
@@ -180,7 +183,8 @@ def claim(
     rows += unkeyed_part.rows
     lapsed_waiting = lapsed_waiting or unkeyed_part.lapsed_waiting
     mine = claimed(rows, kinds)
-    if not tried and keyed.due() and mine < n:
+    # Not with a list of limited queues found stale: the claim is made again at once.
+    if not tried and keyed.due() and mine < n and not unkeyed_part.limits_changed:
         more, lapsed = _claim_keyed(queues, limited, n - mine, worker_id, alias, kinds)
         rows += more
         lapsed_waiting = lapsed_waiting or lapsed
@@ -362,8 +366,8 @@ def _claim_unkeyed(
                 lapsed_waiting = bool(rows and rows[0][0])
                 keyed_in_locked = bool(rows and rows[0][1])
                 keyed_claims(alias, kinds).seen(rows)
-        if locked != set(limited):  # a limit was lifted since the cache was read
-            forget_limits()
+        # The others lost their limit since, or were paused: the fast claim below says.
+        forget_limits(alias, set(limited) - locked)
     rest = [queue for queue in queues if queue not in locked]
     wanted = few_sizes(n - claimed(taken), n)
     if not fast or not rest or wanted + places <= 0:
@@ -387,6 +391,12 @@ def _claim_unkeyed(
     keyed_claims(alias, kinds).seen(rows, elsewhere=keyed_in_locked)
     if loop is not None:
         keyed_claims(alias, loop[0]).seen(rows, elsewhere=keyed_in_locked)
+    if rows and limits_seen(alias, rest, rows[0][-3]):
+        # A queue was limited since this process last looked: this statement skipped its
+        # jobs, and so may a keyed claim before it have. Look again at once, the keyed
+        # claim too, each by the limited queue's own way.
+        keyed_freed(alias)
+        return Claimed(taken, lapsed_waiting, True, 0.0, limits_changed=True)
     due = rows[0][-1] if rows else None  # NULL: full, or not asked
     if due is None:
         return Claimed(taken, lapsed_waiting)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
@@ -20,25 +19,43 @@ from django_pgjobs.records import Count, QueueOverview, QueueStatus
 if TYPE_CHECKING:
     from django_pgjobs.models import QueueControl  # noqa: F401
 
-#: Seconds a process trusts its list of limited queues (see JobManager._claim).
-LIMITS_CACHE_S = 1.0
-_limits_cache: dict[str, tuple[float, frozenset[str]]] = {}
+#: Per database, per queue: whether it has a limit or a rate (claimed by
+#: CLAIM_LIMITED_JOBS), as this process last learnt it. The fast claim says which of its
+#: queues have one (it skips those by itself, as the keyed claim does, so a list gone
+#: stale costs a turn, never a limit), and a limited queue's claim which still are
+#: (LOCK_LIMITED_QUEUES); so a worker reads LIMITED_QUEUES only for a queue it knows
+#: nothing of, not before every wake-up's claim.
+_limits_known: dict[str, dict[str, bool]] = {}
 
 
-def limited_queues(alias: str) -> frozenset[str]:
-    """The queues with a limit on their running jobs, as read at most LIMITS_CACHE_S ago."""
-    cached = _limits_cache.get(alias)
-    now = time.monotonic()
-    if cached is not None and cached[0] > now:
-        return cached[1]
-    names = frozenset(row[0] for row in db.fetchall(sql.LIMITED_QUEUES, {}, alias))
-    _limits_cache[alias] = (now + LIMITS_CACHE_S, names)
-    return names
+def limited_queues(alias: str, names: Sequence[str]) -> frozenset[str]:
+    """Those of `names` with a limit on their running jobs or a rate, as last learnt."""
+    known = _limits_known.setdefault(alias, {})
+    if any(name not in known for name in names):
+        limited = {row[0] for row in db.fetchall(sql.LIMITED_QUEUES, {}, alias)}
+        known.update({name: name in limited for name in names})
+    return frozenset(name for name in names if known.get(name))
 
 
-def forget_limits() -> None:
-    """Make the next claim read the limited queues afresh (after a change)."""
-    _limits_cache.clear()
+def limits_seen(alias: str, queues: Iterable[str], limited: Iterable[str]) -> bool:
+    """A claim statement read which of `queues` have a limit (`limited`); return whether
+    it found one this process took for unlimited (its jobs were skipped: claim again)."""
+    known = _limits_known.setdefault(alias, {})
+    found = set(limited)
+    newly = any(name in found and known.get(name) is False for name in queues)
+    known.update({name: name in found for name in queues})
+    return newly
+
+
+def forget_limits(alias: str | None = None, queues: Iterable[str] | None = None) -> None:
+    """Make the next claim read afresh whether `queues` of database `alias` have a limit
+    (by default: every queue of every database), after a change."""
+    if alias is None or queues is None:
+        _limits_known.clear()
+        return
+    known = _limits_known.get(alias, {})
+    for name in queues:
+        known.pop(name, None)
 
 
 class QueueControlManager(models.Manager["QueueControl"]):

@@ -78,8 +78,9 @@ class TestS37QueueLimitsBindKeyedJobs:
         assert execute("SELECT count(*) FROM pgjobs_rate_claim WHERE scope = 'queue:qa'") == [(1,)]
 
     def test_s34_s37_a_limit_set_after_the_cache_was_read_binds_keyed_claims(self) -> None:
-        """The list of limited queues is cached a second; a keyed claim that has not
-        heard of a new limit yet takes none of that queue's jobs rather than too many."""
+        """A process keeps which queues have a limit as its claims last saw it; a keyed
+        claim that has not heard of a new limit yet takes none of that queue's jobs
+        rather than too many."""
         keyed("t1", "qa")
         keyed("t2", "qa")
         Job.objects.claim_batch("qa", 1, "w0")  # reads (and caches) the limited queues
@@ -124,6 +125,28 @@ class TestS37QueueLimitsBindKeyedJobs:
             keyed(f"t{n}", "qa", n)
         options = {"queues": ["qa", "qb"], "concurrency": 4, "listen": listen}
         with running_worker(**options, poll_interval=0.5):
+            wait_until(lambda: execute("SELECT count(*) FROM pgjobs_job") == [(0,)], timeout=15)
+
+    @pytest.mark.parametrize("kind", ["tests.noop", "tests.tenant"], ids=["unkeyed", "keyed"])
+    def test_s37_a_worker_takes_the_jobs_of_a_queue_limited_behind_its_back_without_a_poll(
+        self, kind: str
+    ) -> None:
+        """Its claim that skipped the queue's jobs, having learnt the queue has a limit
+        now, claims again at once by the limited queue's own way: not at its poll."""
+
+        def enqueue(n: int) -> None:
+            payload = {"tenant": f"t{n}", "n": n} if kind == "tests.tenant" else {}
+            Job.objects.enqueue(kind, payload, queue="qa")
+
+        with running_worker(queues=["qa", "qb"], concurrency=4, poll_interval=30):
+            enqueue(0)
+            wait_until(lambda: execute("SELECT count(*) FROM pgjobs_job") == [(0,)])
+            execute(
+                "INSERT INTO pgjobs_queue (name, paused, max_running, limit_from_settings, "
+                "updated_at) VALUES ('qa', false, 1, false, now())"
+            )
+            for n in range(1, 4):
+                enqueue(n)  # each wakes the worker (NOTIFY)
             wait_until(lambda: execute("SELECT count(*) FROM pgjobs_job") == [(0,)], timeout=15)
 
 

@@ -125,6 +125,36 @@ class TestLimit:
         managers.forget_limits()
         assert claim(["capped"]) == []  # 1 running of 1
 
+    def test_a_limit_set_behind_the_processs_back_is_learnt_from_the_claim_that_skipped_it(
+        self,
+    ) -> None:
+        for _ in range(4):
+            Job.objects.enqueue("demo.t", queue="capped")
+        assert len(claim(["capped", "other"], 1)) == 1  # "capped" has no limit, it learns
+        execute(
+            "INSERT INTO pgjobs_queue (name, paused, max_running, limit_from_settings)"
+            " VALUES ('capped', false, 2, false)"
+        )
+        assert claim(["capped", "other"]) == []  # skipped by the fast claim, which says why
+        # The next claim takes the limited queue's own way, without being told.
+        assert len(claim(["capped", "other"])) == 1
+        assert claim(["capped", "other"]) == []  # 2 running of 2
+        execute("UPDATE pgjobs_queue SET max_running = NULL")  # lifted behind its back
+        assert len(claim(["capped", "other"])) == 2
+
+    def test_a_paused_limited_queue_is_not_read_again_at_every_claim(
+        self, django_assert_num_queries
+    ) -> None:
+        QueueControl.objects.set_limit("capped", 1)
+        QueueControl.objects.pause("capped")
+        Job.objects.enqueue("demo.t", queue="capped")
+        other = Job.objects.enqueue("demo.t", queue="other").id
+        assert claim(["capped", "other"]) == [other]
+        Job.objects.enqueue("demo.t", queue="other")
+        # Its turn (the queue lock, which skips it paused) and the fast claim: no list.
+        with django_assert_num_queries(4):  # the transaction's two statements and its end
+            assert len(claim(["capped", "other"])) == 1
+
     def test_limits_are_validated(self) -> None:
         for bad in (0, -1, 2.5, True, "3", 2**31):
             with pytest.raises(InvalidJobOption):

@@ -4,6 +4,7 @@ crash recovery (S9). Claimers racing each other: concurrency/test_claim.py."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 
 import pytest
@@ -30,10 +31,21 @@ class TestS6ExactlyOnce:
         from django_pgjobs.managers.queues import limited_queues
 
         Job.objects.enqueue_many([{"kind": "demo.task"} for _ in range(5)])
-        limited_queues("default")  # the process's cached list of limited queues, read now
+        limited_queues("default", ["default"])  # whether "default" is limited, read now
         with django_assert_num_queries(1):
             handles = Job.objects.claim_batch("default", 5, "w1")
         assert len(handles) == 5
+
+    def test_s6_a_claim_seconds_after_the_last_is_still_one_statement(
+        self, django_assert_num_queries
+    ) -> None:
+        """Which queues have a limit is learnt from the claims themselves: a wake-up's
+        claim, seconds after the last, reads no list of limited queues first."""
+        Job.objects.enqueue_many([{"kind": "demo.task"} for _ in range(2)])
+        assert len(Job.objects.claim_batch("default", 1, "w1")) == 1
+        time.sleep(1.1)  # longer than a list of limited queues was once trusted
+        with django_assert_num_queries(1):
+            assert len(Job.objects.claim_batch("default", 1, "w1")) == 1
 
 
 class TestS7Order:

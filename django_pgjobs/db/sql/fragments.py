@@ -252,6 +252,12 @@ flags AS (
                         AND j.queue = q.name)
     ) AS keyed_waiting,
     {COMMIT_MODE} AS commit_mode,
+    -- Which of these queues have a limit or a rate (LIMITED_QUEUES): claimed only by
+    -- CLAIM_LIMITED_JOBS, skipped by CLAIM_JOBS. The claimer keeps its list of them
+    -- from these answers, without a statement of its own before a wake-up's claim.
+    ARRAY(SELECT c.name FROM pgjobs_queue AS c
+          WHERE c.name = ANY(%(queues)s::text[])
+            AND (c.max_running IS NOT NULL OR c.rate_limit IS NOT NULL)) AS limited,
     -- S38: cancel requests that bind jobs just claimed (NULL: none, as a rule). A retry,
     -- a lapse or a hand-back put such a job back in line as its cancel came; the claimer
     -- dead-letters it with the request's reason instead of running it.
@@ -260,7 +266,7 @@ flags AS (
     CASE WHEN %(due)s AND (SELECT count(*) FROM claimed) < %(limit)s
          THEN coalesce({NEXT_DUE_SECONDS}, 'Infinity'::float8) END AS due_in
 )
-SELECT f.lapsed_waiting, f.keyed_waiting, c.*, f.cancels, f.due_in
+SELECT f.lapsed_waiting, f.keyed_waiting, c.*, f.limited, f.cancels, f.due_in
 FROM flags AS f
 LEFT JOIN claimed AS c ON true"""
 
