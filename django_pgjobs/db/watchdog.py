@@ -50,9 +50,10 @@ logger = logging.getLogger("django_pgjobs.worker")
 #: The first message of PostgreSQL's protocol a client may send: an SSL request (length
 #: 8, code 80877103), which the server answers with one byte, S or N, before any login.
 SSL_REQUEST = struct.pack("!ii", 8, 80877103)
-#: Where Linux's struct tcp_info keeps the milliseconds since data was last sent
-#: (tcpi_last_data_sent) and received (tcpi_last_data_recv), and the bytes to ask for.
-_LAST_DATA_SENT, _LAST_DATA_RECV, _TCP_INFO_BYTES = 44, 52, 104
+#: Where Linux's struct tcp_info keeps the count of retransmission timeouts of the data
+#: not yet acknowledged (tcpi_retransmits, a byte), the milliseconds since data was last
+#: sent (tcpi_last_data_sent) and received (tcpi_last_data_recv), and the bytes to ask for.
+_RETRANSMITS, _LAST_DATA_SENT, _LAST_DATA_RECV, _TCP_INFO_BYTES = 2, 44, 52, 104
 
 
 def connect_timeout(timeout: float) -> int:
@@ -114,17 +115,26 @@ class _Watched:
 
 
 def _silent_ms(sock: socket.socket) -> int | None:
-    """Milliseconds the socket has waited for the server: since it last sent or received
-    data, whichever came later (None: the kernel cannot say). A connection idle for a
-    minute that sends a statement now has waited for nothing yet."""
+    """Milliseconds the socket has waited for the server (None: the kernel cannot say)."""
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
     except (OSError, AttributeError):
         return None
+    return waited_ms(info)
+
+
+def waited_ms(info: bytes) -> int | None:
+    """Milliseconds a connection has waited for its server, from its struct tcp_info:
+    since it last sent or received data, whichever came later, so that a connection idle
+    for a minute that sends a statement now has waited for nothing yet. While the data
+    sent goes unacknowledged past a retransmission timeout (a host that no longer
+    answers at all), the kernel's resends are no sending: since it last received."""
     if len(info) < _LAST_DATA_RECV + 4:
         return None
     since_sent = struct.unpack_from("I", info, _LAST_DATA_SENT)[0]
     since_received = struct.unpack_from("I", info, _LAST_DATA_RECV)[0]
+    if info[_RETRANSMITS]:
+        return int(since_received)
     return int(min(since_sent, since_received))
 
 

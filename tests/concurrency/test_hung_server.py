@@ -130,10 +130,11 @@ def test_s43_a_statement_is_timed_from_when_it_was_sent_not_from_the_last_answer
         finally:
             running.join(10)
         # The same wait on a statement that has run past the timeout is probed.
-        running = threading.Thread(target=lambda: conn.execute("SELECT pg_sleep(3)"))
+        running = threading.Thread(target=lambda: conn.execute("SELECT pg_sleep(6)"))
         running.start()
         try:
-            time.sleep(2.4)
+            wait_until(conn.lock.locked, timeout=5, interval=0.01)
+            time.sleep(2.8)
             assert dog.check() == [] and len(probes) == 1  # it answered: left alone
         finally:
             running.join(10)
