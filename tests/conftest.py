@@ -39,6 +39,15 @@ def django_db_modify_db_settings(
     settings.DATABASES["default"].update(database_settings(postgres_url))
 
 
+@pytest.fixture(autouse=True)
+def _limits_learnt_afresh() -> None:
+    """Each test's claims learn which queues have a limit anew: what a process learnt is
+    kept for its life, and a test's tables are not the last test's."""
+    from django_pgjobs.managers.queues import forget_limits
+
+    forget_limits()
+
+
 @pytest.fixture(params=[True, False], ids=["notify", "poll-only"])
 def notify(request: pytest.FixtureRequest, settings: Any) -> bool:
     """Run the test twice: with NOTIFY, and without (PGJOBS["NOTIFY"] = False, the

@@ -20,7 +20,7 @@ from django_pgjobs.claims import ClaimWriter, JobHandle
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
-from django_pgjobs.managers.queues import forget_limits, limited_queues, limits_seen
+from django_pgjobs.managers.queues import limited_queues, limits_seen
 from django_pgjobs.records import ClaimCost
 
 if TYPE_CHECKING:
@@ -128,10 +128,14 @@ def _claim_handles(
     limited = sorted(limited_queues(alias, names))
     found = claim(names, limited, n, worker_id, alias, kinds, unkeyed=unkeyed, loop=loop)
     handles, stopped = _runnable(jobs, found.rows, alias)
-    if found.lapsed_waiting:
-        # Rare: a claim lapsed in these queues (its worker died). Put it back in line
-        # (or bury it), then fill what this claim has left.
-        jobs.rescue_lapsed(names, pgjobs_settings.SWEEP_BATCH, using=alias)
+    if found.lapsed_waiting or found.limits_changed:
+        # Rare: a claim lapsed in these queues (its worker died): put it back in line (or
+        # bury it). Or a queue was found limited that this process took for unlimited,
+        # its jobs skipped: they are claimed now by the limited queues' own way. Then
+        # fill what this claim has left.
+        if found.lapsed_waiting:
+            jobs.rescue_lapsed(names, pgjobs_settings.SWEEP_BATCH, using=alias)
+        limited = sorted(limited_queues(alias, names))
         mine = sum(1 for handle in handles if kinds.admits(handle.kind))
         rest = None if loop is None else (loop[0], places - (len(handles) - mine))
         if mine < n or (rest is not None and rest[1] > 0):
@@ -142,7 +146,9 @@ def _claim_handles(
             handles += more
             stopped = stopped or also
     handles.sort(key=_claim_order)
-    if stopped:  # the claim was short of the jobs it buried: look again at once
+    if stopped or found.limits_changed:
+        # The claim was short of the jobs it buried, or of a queue limited since: look
+        # again at once.
         return handles, (True, 0.0)
     return handles, (found.due_known, found.due_in)
 
@@ -183,12 +189,12 @@ def claim(
     rows += unkeyed_part.rows
     lapsed_waiting = lapsed_waiting or unkeyed_part.lapsed_waiting
     mine = claimed(rows, kinds)
-    # Not with a list of limited queues found stale: the claim is made again at once.
+    # Not with a list of limited queues found stale: the caller claims again at once.
     if not tried and keyed.due() and mine < n and not unkeyed_part.limits_changed:
         more, lapsed = _claim_keyed(queues, limited, n - mine, worker_id, alias, kinds)
         rows += more
         lapsed_waiting = lapsed_waiting or lapsed
-    return Claimed(rows, lapsed_waiting, unkeyed_part.due_known, unkeyed_part.due_in)
+    return unkeyed_part._replace(rows=rows, lapsed_waiting=lapsed_waiting)
 
 
 def _runnable(jobs: JobManager, rows: Sequence[Any], alias: str) -> tuple[list[JobHandle], bool]:
@@ -365,12 +371,13 @@ def _claim_unkeyed(
                 taken += rows
                 lapsed_waiting = bool(rows and rows[0][0])
                 keyed_in_locked = bool(rows and rows[0][1])
-                keyed_claims(alias, kinds).seen(rows)
-        # The others lost their limit since, or were paused: the fast claim below says.
-        forget_limits(alias, set(limited) - locked)
+        # Those not locked lost their limit since, or are paused: the fast claim below
+        # covers them, and says which.
     rest = [queue for queue in queues if queue not in locked]
     wanted = few_sizes(n - claimed(taken), n)
     if not fast or not rest or wanted + places <= 0:
+        if keyed_in_locked:  # a claim of some of the queues never says "none wait"
+            keyed_claims(alias, kinds).found_waiting()
         return Claimed(taken, lapsed_waiting)
     # The loop's part takes the kinds the threads' part leaves out (its %(not_kinds)s).
     assert loop is None or (kinds.only is None and kinds.other_than == loop[0].only)
@@ -393,10 +400,10 @@ def _claim_unkeyed(
         keyed_claims(alias, loop[0]).seen(rows, elsewhere=keyed_in_locked)
     if rows and limits_seen(alias, rest, rows[0][-3]):
         # A queue was limited since this process last looked: this statement skipped its
-        # jobs, and so may a keyed claim before it have. Look again at once, the keyed
-        # claim too, each by the limited queue's own way.
+        # jobs, and so may a keyed claim before it have. The caller claims again at once,
+        # the keyed claim too, each by the limited queue's own way.
         keyed_freed(alias)
-        return Claimed(taken, lapsed_waiting, True, 0.0, limits_changed=True)
+        return Claimed(taken, lapsed_waiting, limits_changed=True)
     due = rows[0][-1] if rows else None  # NULL: full, or not asked
     if due is None:
         return Claimed(taken, lapsed_waiting)
@@ -451,10 +458,16 @@ class KeyedClaims:
         """A claim statement said whether keyed jobs wait in its queues (its second flag);
         `elsewhere`: another statement of the claim found some in the claimer's others."""
         if rows:
-            waiting = bool(rows[0][1]) or elsewhere
-            if waiting and not self.waiting:
-                self._backoff_s = self._due_at = 0.0
-            self.waiting = waiting
+            if bool(rows[0][1]) or elsewhere:
+                self.found_waiting()
+            else:
+                self.waiting = False
+
+    def found_waiting(self) -> None:
+        """A claim statement found keyed jobs waiting (in some of the claimer's queues)."""
+        if not self.waiting:
+            self._backoff_s = self._due_at = 0.0
+        self.waiting = True
 
     def freed(self) -> None:
         """A keyed job finished here: its key may take another now."""

@@ -20,11 +20,12 @@ if TYPE_CHECKING:
     from django_pgjobs.models import QueueControl  # noqa: F401
 
 #: Per database, per queue: whether it has a limit or a rate (claimed by
-#: CLAIM_LIMITED_JOBS), as this process last learnt it. The fast claim says which of its
-#: queues have one (it skips those by itself, as the keyed claim does, so a list gone
-#: stale costs a turn, never a limit), and a limited queue's claim which still are
-#: (LOCK_LIMITED_QUEUES); so a worker reads LIMITED_QUEUES only for a queue it knows
-#: nothing of, not before every wake-up's claim.
+#: CLAIM_LIMITED_JOBS), as this process last learnt it. The fast claim, which covers
+#: every queue of a claim that LOCK_LIMITED_QUEUES did not lock (a limit lifted, a queue
+#: paused), says which of its queues have one; it skips those by itself, as the keyed
+#: claim does, so knowledge gone stale costs a claim statement, never a limit. A worker
+#: reads LIMITED_QUEUES only for a queue it knows nothing of, not before every wake-up's
+#: claim.
 _limits_known: dict[str, dict[str, bool]] = {}
 
 
@@ -47,15 +48,9 @@ def limits_seen(alias: str, queues: Iterable[str], limited: Iterable[str]) -> bo
     return newly
 
 
-def forget_limits(alias: str | None = None, queues: Iterable[str] | None = None) -> None:
-    """Make the next claim read afresh whether `queues` of database `alias` have a limit
-    (by default: every queue of every database), after a change."""
-    if alias is None or queues is None:
-        _limits_known.clear()
-        return
-    known = _limits_known.get(alias, {})
-    for name in queues:
-        known.pop(name, None)
+def forget_limits() -> None:
+    """Make the next claim read afresh which queues have a limit (after a change)."""
+    _limits_known.clear()
 
 
 class QueueControlManager(models.Manager["QueueControl"]):

@@ -77,13 +77,13 @@ class TestS37QueueLimitsBindKeyedJobs:
         assert sum(taken) == 1
         assert execute("SELECT count(*) FROM pgjobs_rate_claim WHERE scope = 'queue:qa'") == [(1,)]
 
-    def test_s34_s37_a_limit_set_after_the_cache_was_read_binds_keyed_claims(self) -> None:
+    def test_s34_s37_a_limit_set_behind_the_processs_back_binds_keyed_claims(self) -> None:
         """A process keeps which queues have a limit as its claims last saw it; a keyed
         claim that has not heard of a new limit yet takes none of that queue's jobs
         rather than too many."""
         keyed("t1", "qa")
         keyed("t2", "qa")
-        Job.objects.claim_batch("qa", 1, "w0")  # reads (and caches) the limited queues
+        Job.objects.claim_batch("qa", 1, "w0")  # learns that "qa" has no limit
         execute(
             "INSERT INTO pgjobs_queue (name, paused, max_running, limit_from_settings, "
             "updated_at) VALUES ('qa', false, 1, false, now())"

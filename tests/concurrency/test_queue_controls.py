@@ -11,7 +11,6 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from django_pgjobs.exceptions import InvalidJobOption
-from django_pgjobs.managers import queues as managers
 from django_pgjobs.models import Job, QueueControl
 from tests.helpers import count, execute, run_threads
 
@@ -105,27 +104,15 @@ class TestLimit:
         QueueControl.objects.set_limit("capped", None)
         assert len(claim(["capped"])) == 2
 
-    def test_a_limit_lifted_behind_a_stale_cache_is_claimed_normally(self) -> None:
+    def test_a_limit_lifted_behind_the_processs_back_is_claimed_normally(self) -> None:
         QueueControl.objects.set_limit("capped", 1)
         for _ in range(3):
             Job.objects.enqueue("demo.t", queue="capped")
-        assert len(claim(["capped"])) == 1  # the claim cached the list of limited queues
+        assert len(claim(["capped"])) == 1  # the process learnt that "capped" has a limit
         execute("UPDATE pgjobs_queue SET max_running = NULL")  # behind the manager's back
         assert len(claim(["capped"])) == 2
 
-    def test_a_limit_set_behind_a_stale_cache_is_still_obeyed(self) -> None:
-        for _ in range(3):
-            Job.objects.enqueue("demo.t", queue="capped")
-        assert claim(["capped"], 1)  # caches "no limited queue"
-        execute(
-            "INSERT INTO pgjobs_queue (name, paused, max_running, limit_from_settings)"
-            " VALUES ('capped', false, 1, false)"
-        )
-        assert claim(["capped"]) == []  # the fast path skips limited queues by itself
-        managers.forget_limits()
-        assert claim(["capped"]) == []  # 1 running of 1
-
-    def test_a_limit_set_behind_the_processs_back_is_learnt_from_the_claim_that_skipped_it(
+    def test_a_limit_set_behind_the_processs_back_binds_the_claim_that_finds_it(
         self,
     ) -> None:
         for _ in range(4):
@@ -135,8 +122,8 @@ class TestLimit:
             "INSERT INTO pgjobs_queue (name, paused, max_running, limit_from_settings)"
             " VALUES ('capped', false, 2, false)"
         )
-        assert claim(["capped", "other"]) == []  # skipped by the fast claim, which says why
-        # The next claim takes the limited queue's own way, without being told.
+        # The fast claim skips the queue, and says why; the same claim then takes it by
+        # the limited queues' own way, within the limit.
         assert len(claim(["capped", "other"])) == 1
         assert claim(["capped", "other"]) == []  # 2 running of 2
         execute("UPDATE pgjobs_queue SET max_running = NULL")  # lifted behind its back
