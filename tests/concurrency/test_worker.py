@@ -259,6 +259,8 @@ class TestPrefetch:
         """Three quick jobs (they give the worker a run time), then a gate that holds the
         only thread, then the jobs `behind`, in claim order. The tests that call it use
         `quick_jobs_count_as_short`."""
+        jobs.GATES[name].clear()
+        jobs.AT_GATE[name].clear()
         Job.objects.enqueue_many([{"kind": "tests.noop", "priority": 10}] * 3)
         Job.objects.enqueue("tests.gate", {"name": name}, priority=5)
         Job.objects.enqueue_many(behind)
