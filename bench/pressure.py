@@ -12,7 +12,12 @@ a claim, in a transaction rolled back), the job table's dead tuples and its size
 Sizes: smoke (seconds, for CI) and full (`Sizes.pressure_*`: 500 jobs/s, ten minutes
 pinned). PGJOBS_BENCH_RATE, PGJOBS_BENCH_CLEAN_S, PGJOBS_BENCH_PINNED_S and
 PGJOBS_BENCH_AFTER_S override the rate and the phases' lengths; PGJOBS_BENCH_PINS the
-pressures, of idle, readers and terminate (full size: idle).
+pressures, of idle, readers and terminate (full size: idle; none: the clean phase
+alone); PGJOBS_BENCH_HANDLERS the worker's concurrency.
+
+Bloat: each sample also reads the job table's size with its indexes (the phase's peak is
+reported), and at a phase's end the same live rows are copied into a fresh table with the
+same indexes: the table against that copy is how many times its live rows' size it takes.
 """
 
 from __future__ import annotations
@@ -56,6 +61,11 @@ class Phase:
     dead_tuples: int = 0
     table_mb: float = 0.0
     live_rows: int = 0
+    #: The largest size of the table with its indexes in a sample, and its live rows then.
+    peak_mb: float = 0.0
+    peak_live_rows: int = 0
+    #: The size of the phase's last live rows in a fresh table with the same indexes.
+    compact_mb: float = 0.0
     terminated: int = 0
     #: The claim sample that read the most buffers, and its plan.
     costliest: tuple[int, str] = (0, "")
@@ -218,6 +228,32 @@ def _table_state(database: Database) -> tuple[int, int, float]:
     return int(row[0]), int(row[1]), float(row[2])
 
 
+def _table_size(database: Database) -> tuple[int, float]:
+    """The job table's live rows (the statistics' estimate: no scan of a table that the
+    pressure bloats) and its size with its indexes (MB)."""
+    with database.connect() as conn:
+        row = conn.execute(
+            "SELECT n_live_tup, pg_total_relation_size('pgjobs_job') / 1048576.0"
+            " FROM pg_stat_user_tables WHERE relname = 'pgjobs_job'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), float(row[1])
+
+
+def _compact_mb(database: Database) -> float:
+    """The size (MB) the job table's live rows take in a fresh table with its indexes."""
+    with database.connect() as conn, conn.transaction():
+        conn.execute(
+            "CREATE TEMP TABLE pressure_compact (LIKE pgjobs_job INCLUDING INDEXES) ON COMMIT DROP"
+        )
+        conn.execute("INSERT INTO pressure_compact SELECT * FROM pgjobs_job")
+        row = conn.execute(
+            "SELECT pg_total_relation_size('pressure_compact') / 1048576.0"
+        ).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
 def _read_pickups(directory: Path) -> dict[int, float]:
     started: dict[int, float] = {}
     for path in directory.glob("*.starts"):
@@ -244,7 +280,7 @@ def pressure(database: Database, sizes: Sizes) -> list[Figure]:
         worker = WorkerProcess(
             database,
             "--concurrency",
-            str(sizes.pressure_handlers),
+            os.environ.get("PGJOBS_BENCH_HANDLERS", str(sizes.pressure_handlers)),
             env={"PGJOBS_BENCH_PICKUP": tally},
         )
         from django_pgjobs.managers.claiming import ClaimFloors
@@ -268,12 +304,16 @@ def pressure(database: Database, sizes: Sizes) -> list[Figure]:
                         phase.claims.append((time.monotonic() - began, ms, buffers))
                         if buffers > phase.costliest[0]:
                             phase.costliest = (buffers, explained)
+                        live, mb = _table_size(database)
+                        if mb > phase.peak_mb:
+                            phase.peak_mb, phase.peak_live_rows = mb, live
                         time.sleep(
                             min(sizes.pressure_sample_s, max(0, deadline - time.monotonic()))
                         )
                         if producer.error:
                             raise producer.error
                     phase.dead_tuples, phase.live_rows, phase.table_mb = _table_state(database)
+                    phase.compact_mb = _compact_mb(database)
                 finally:
                     if pin:
                         pin.__exit__()
@@ -318,6 +358,7 @@ def _say(phase: Phase, rate: int) -> None:
         f"   {phase.name:>20}: claim {phase.claim_ms:.2f} ms,"
         f" {phase.claim_buffers:.0f} buffers; {phase.dead_tuples} dead tuples,"
         f" {phase.table_mb:.1f} MB for {phase.live_rows} rows"
+        f" ({phase.compact_mb:.2f} MB in a fresh table), at most {phase.peak_mb:.1f} MB"
         + (f"; {phase.terminated} connections terminated" if phase.terminated else ""),
         flush=True,
     )
@@ -391,6 +432,22 @@ def _figures(
                 phase.table_mb,
                 "MB",
                 details={"live rows": phase.live_rows},
+            ),
+            Figure(
+                "pressure",
+                f"{phase.name}: job table with indexes, at most",
+                phase.peak_mb,
+                "MB",
+                details={"live rows then": phase.peak_live_rows},
+            ),
+            Figure(
+                "pressure",
+                f"{phase.name}: job table against its live rows in a fresh table",
+                phase.table_mb / phase.compact_mb if phase.compact_mb else 0.0,
+                "x",
+                target="<= 10x",
+                met=phase.table_mb <= 10 * phase.compact_mb,
+                details={"fresh table MB": phase.compact_mb, "live rows": phase.live_rows},
             ),
         ]
         if phase.name.startswith("after"):

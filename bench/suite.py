@@ -80,7 +80,10 @@ class Sizes:
     pressure_clean_s: float = 60.0
     pressure_pinned_s: float = 600.0
     pressure_recovery_s: float = 90.0
-    pressure_pins: tuple[str, ...] = tuple(os.environ.get("PGJOBS_BENCH_PINS", "idle").split(","))
+    # "none": the clean phase alone (a steady rate, the table's bloat with nothing pinned).
+    pressure_pins: tuple[str, ...] = tuple(
+        pin for pin in os.environ.get("PGJOBS_BENCH_PINS", "idle").split(",") if pin != "none"
+    )
     pressure_sample_s: float = 2.0
 
 
