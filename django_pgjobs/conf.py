@@ -178,7 +178,8 @@ class Settings:
     #: Seconds between sweeps in each worker (replicas take turns; 0 switches it off).
     SWEEP_INTERVAL: float = 60.0
     #: Seconds between two looks of each worker at the job table: a VACUUM when its dead
-    #: rows outnumber the live ones (at least 1000) and can be removed (0 switches it off).
+    #: rows outnumber the live ones or reach 50,000 (at least 1000) and can be removed (0
+    #: switches it off).
     VACUUM_INTERVAL: float = 5.0
 
     def __getattribute__(self, name: str) -> Any:

@@ -54,6 +54,18 @@ def test_dead_rows_fewer_than_the_live_ones_or_the_minimum_are_left_to_autovacuu
     assert vacuums() == ran
 
 
+def test_dead_rows_enough_to_slow_claims_are_vacuumed_behind_a_bigger_backlog() -> None:
+    """Claims walk the dead entries, not the backlog: past `dead_enough` dead rows the
+    table is vacuumed however many live rows wait."""
+    Job.objects.enqueue_many([{"kind": "tests.noop", "queue": "kept"}] * 1500)
+    leave_dead_rows(1200)
+    ran = vacuums()
+
+    assert TableCare(min_dead=1000, dead_enough=1100).run_once() is True
+
+    assert vacuums() == ran + 1
+
+
 def test_s42_no_vacuum_in_vain_while_the_horizon_holds_and_one_as_soon_as_it_moves() -> None:
     care = TableCare(min_dead=1000)
     with other_connection(autocommit=False) as pin:
