@@ -283,7 +283,7 @@ def pressure(database: Database, sizes: Sizes) -> list[Figure]:
             os.environ.get("PGJOBS_BENCH_HANDLERS", str(sizes.pressure_handlers)),
             env={"PGJOBS_BENCH_PICKUP": tally},
         )
-        from django_pgjobs.managers.claiming import ClaimFloors
+        from django_pgjobs.managers.floors import ClaimFloors
 
         producer = Producer(rate)
         floors = ClaimFloors("default")

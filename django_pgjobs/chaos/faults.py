@@ -27,7 +27,7 @@ from django_pgjobs.chaos.processes import Worker, Workers
 from django_pgjobs.chaos.state import RunState
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.maintenance import MIN_DEAD_ROWS
-from django_pgjobs.managers.claiming import ClaimFloors
+from django_pgjobs.managers.floors import ClaimFloors
 from django_pgjobs.models import Job
 from django_pgjobs.models import Worker as WorkerRow
 from django_pgjobs.records import ClaimCost

@@ -21,6 +21,7 @@ from django_pgjobs.dependencies import Edge
 from django_pgjobs.exceptions import Cancelled
 from django_pgjobs.managers import batches, claiming, workflows
 from django_pgjobs.managers import enqueue as enqueueing
+from django_pgjobs.managers.floors import claim_floors
 from django_pgjobs.managers.upkeep import JobUpkeep
 from django_pgjobs.options import UNSET
 from django_pgjobs.payloads import ERROR_TEXT_MAX_CHARS, encode_result, storable_text
@@ -200,7 +201,7 @@ class JobManager(JobUpkeep):
         """Return seconds until a job of `queues` next becomes claimable: the next scheduled
         job, or the next running job whose lease lapses. None when there is neither."""
         names = options.validate_queue_names(queues)
-        lease_floor = claiming.claim_floors(db.alias(using)).lease_floor
+        lease_floor = claim_floors(db.alias(using)).lease_floor
         params = {"queues": names, "lease_floor": lease_floor}
         ((seconds,),) = db.fetchall(sql.NEXT_DUE_IN, params, using)
         return None if seconds is None else max(float(seconds), 0.0)

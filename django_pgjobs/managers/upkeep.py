@@ -8,6 +8,7 @@ from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
 from django_pgjobs.managers import claiming
+from django_pgjobs.managers.floors import ClaimFloors, claim_floors
 from django_pgjobs.managers.reads import JobReads
 from django_pgjobs.records import ClaimCost
 
@@ -49,18 +50,18 @@ class JobUpkeep(JobReads):
 
     def claim_from_floors(self, held: bool, *, using: str | None = None) -> None:
         """Whether this process's claims read from their queues' floors: while the xmin
-        horizon is held (see claiming.ClaimFloors)."""
-        claiming.claim_floors(db.alias(using)).engage(held)
+        horizon is held (see ClaimFloors)."""
+        claim_floors(db.alias(using)).engage(held)
 
     def reads_from_floors(self, *, using: str | None = None) -> bool:
         """Whether this process's claims read from their queues' floors now."""
-        return claiming.claim_floors(db.alias(using)).engaged
+        return claim_floors(db.alias(using)).engaged
 
     def claim_cost(
         self,
         queues: list[str],
         *,
-        floors: claiming.ClaimFloors | None = None,
+        floors: ClaimFloors | None = None,
         using: str | None = None,
     ) -> ClaimCost:
         """What a claim of a few jobs of `queues` costs now (time, buffers, plan), as a

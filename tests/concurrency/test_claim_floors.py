@@ -18,8 +18,8 @@ from django.db import DataError, connection, transaction
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.maintenance import TableCare
-from django_pgjobs.managers import claiming
-from django_pgjobs.managers.claiming import ClaimFloors
+from django_pgjobs.managers import floors as floors_module
+from django_pgjobs.managers.floors import ClaimFloors, claim_floors
 from django_pgjobs.models import Job
 from tests.helpers import execute, other_connection, scalar, wait_until
 
@@ -192,7 +192,7 @@ def test_s42_a_job_written_by_a_transaction_open_since_before_the_floor_is_claim
 
     def claimer() -> None:
         try:
-            claiming.claim_floors("default").params([QUEUE])  # read while the writer is open
+            claim_floors("default").params([QUEUE])  # read while the writer is open
             floors_read.set()
             committed.wait(10)
             claimed.extend(h.id for h in Job.objects.claim_batch(QUEUE, 10, "floors-test"))
@@ -231,7 +231,7 @@ def test_s42_levels_above_and_below_the_known_top_are_claimed_in_priority_order(
 def test_s42_a_backdated_job_behind_the_floor_waits_only_until_floors_are_read_from_the_start(
     held_horizon: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(claiming, "FLOORS_RESET_S", 2.0)
+    monkeypatch.setattr(floors_module, "FLOORS_RESET_S", 2.0)
     leave_claimed(500)
     Job.objects.claim_from_floors(True)
     assert Job.objects.claim_batch(QUEUE, 1, "floors-test") == []  # the floors are read
@@ -252,7 +252,7 @@ def test_s42_a_backdated_job_behind_the_floor_waits_only_until_floors_are_read_f
 
 def test_s42_the_table_care_engages_floors_while_the_horizon_holds_and_lets_go_after() -> None:
     care = TableCare(min_dead=1000)
-    floors = claiming.claim_floors("default")
+    floors = claim_floors("default")
     with other_connection(autocommit=False) as pin:
         pin.execute("SELECT txid_current()")
         leave_claimed(1500)
@@ -273,7 +273,7 @@ def test_s42_a_backlog_bigger_than_the_dead_rows_does_not_keep_the_floors_off() 
     """A worker behind its backlog is the one whose claims walk the dead entries: the
     floors engage whatever the live rows, though no VACUUM is due."""
     care = TableCare(min_dead=1000)
-    floors = claiming.claim_floors("default")
+    floors = claim_floors("default")
     Job.objects.enqueue_many([{"kind": "tests.noop", "queue": "backlog"}] * 5000)
     with other_connection(autocommit=False) as pin:
         pin.execute("SELECT txid_current()")
