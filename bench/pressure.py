@@ -217,27 +217,15 @@ def _claim_sample(worker: WorkerProcess, floors: Any) -> tuple[float, int, str]:
 
 
 def _table_state(database: Database) -> tuple[int, int, float]:
-    """The job table's dead tuples, live rows and size with its indexes (MB)."""
+    """The job table's dead tuples and live rows, as the statistics have them (no scan of
+    a table that the pressure bloats), and its size with its indexes (MB)."""
     with database.connect() as conn:
         row = conn.execute(
-            "SELECT n_dead_tup, (SELECT count(*) FROM pgjobs_job),"
-            " pg_total_relation_size('pgjobs_job') / 1048576.0"
+            "SELECT n_dead_tup, n_live_tup, pg_total_relation_size('pgjobs_job') / 1048576.0"
             " FROM pg_stat_user_tables WHERE relname = 'pgjobs_job'"
         ).fetchone()
     assert row is not None
     return int(row[0]), int(row[1]), float(row[2])
-
-
-def _table_size(database: Database) -> tuple[int, float]:
-    """The job table's live rows (the statistics' estimate: no scan of a table that the
-    pressure bloats) and its size with its indexes (MB)."""
-    with database.connect() as conn:
-        row = conn.execute(
-            "SELECT n_live_tup, pg_total_relation_size('pgjobs_job') / 1048576.0"
-            " FROM pg_stat_user_tables WHERE relname = 'pgjobs_job'"
-        ).fetchone()
-    assert row is not None
-    return int(row[0]), float(row[1])
 
 
 def _compact_mb(database: Database) -> float:
@@ -304,7 +292,7 @@ def pressure(database: Database, sizes: Sizes) -> list[Figure]:
                         phase.claims.append((time.monotonic() - began, ms, buffers))
                         if buffers > phase.costliest[0]:
                             phase.costliest = (buffers, explained)
-                        live, mb = _table_size(database)
+                        _, live, mb = _table_state(database)
                         if mb > phase.peak_mb:
                             phase.peak_mb, phase.peak_live_rows = mb, live
                         time.sleep(
@@ -312,7 +300,8 @@ def pressure(database: Database, sizes: Sizes) -> list[Figure]:
                         )
                         if producer.error:
                             raise producer.error
-                    phase.dead_tuples, phase.live_rows, phase.table_mb = _table_state(database)
+                    phase.dead_tuples, _, phase.table_mb = _table_state(database)
+                    phase.live_rows = database.count()
                     phase.compact_mb = _compact_mb(database)
                 finally:
                     if pin:
