@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from django.db import connections, transaction
 
@@ -70,6 +70,16 @@ class ClaimWriter(Protocol):
     def batch_of(self, handle: JobHandle) -> BatchRecord | None: ...
 
 
+class Backend(NamedTuple):
+    """A transaction on a database server: the backend's process id and the transaction's
+    id. A process id alone can name another connection by the time it is used (the
+    transaction ended and the connection runs the thread's next job, or a new connection
+    took the id); the pair names only that transaction while it runs."""
+
+    pid: int
+    xact: str
+
+
 class RunControl:
     """What passes between a running handler and its worker: a cancellation (S32), and
     the handler's latest progress report. Used from the handler's thread (or the event
@@ -83,7 +93,7 @@ class RunControl:
         "_lock",
         "_report",
         "abandoned",
-        "backend_pid",
+        "backend",
         "carrier",
         "reason",
         "trace",
@@ -103,9 +113,10 @@ class RunControl:
         #: Set by the worker that gave up on the handler at its timeout (S33): whatever
         #: the handler meets after (its transaction ended, say) is none of its business.
         self.abandoned = False
-        #: The database backend of a transaction-mode job's transaction while it runs:
-        #: the worker cancels its statement at the job's timeout (S39).
-        self.backend_pid: int | None = None
+        #: The database backend of a transaction-mode job's transaction while it runs,
+        #: and that transaction: the worker cancels its statement at the job's timeout,
+        #: and ends it past the grace, only while that backend still runs it (S39).
+        self.backend: Backend | None = None
         #: The run's span while it runs (tracing.Run), for the worker to end when it
         #: abandons the handler at its timeout (None: tracing is off).
         self.trace: Any = None

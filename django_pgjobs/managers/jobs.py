@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 
 from django_pgjobs import options, registry, signals
-from django_pgjobs.claims import Failure, JobHandle
+from django_pgjobs.claims import Backend, Failure, JobHandle
 from django_pgjobs.conf import pgjobs_settings
 from django_pgjobs.db import connection as db
 from django_pgjobs.db import sql
@@ -424,7 +424,7 @@ class JobManager(JobUpkeep):
         params = {"id": handle.id, "token": handle.token}
         rows = db.fetchall(sql.LOCK_CURRENT_CLAIM, params, handle.using)
         if rows:
-            handle.control.backend_pid = rows[0][2]
+            handle.control.backend = Backend(rows[0][2], rows[0][3])
         if rows and rows[0][1] is not None:
             handle.control.cancel(rows[0][1])
             raise Cancelled(
@@ -432,17 +432,17 @@ class JobManager(JobUpkeep):
             )
         return bool(rows)
 
-    def cut_statement(self, pid: int, *, using: str | None = None) -> bool:
-        """Cancel the statement backend `pid` runs now, if any (a transaction-mode job
-        at its timeout, S33, S39); its transaction then fails and rolls back."""
-        ((cancelled,),) = db.fetchall(sql.CANCEL_STATEMENT, {"pid": pid}, using)
-        return bool(cancelled)
+    def cut_statement(self, backend: Backend, *, using: str | None = None) -> bool:
+        """Cancel the statement `backend` runs now, if any and while it still runs its
+        transaction (a transaction-mode job at its timeout, S33, S39); the transaction
+        then fails and rolls back."""
+        return _signalled(sql.CANCEL_STATEMENT, backend, using)
 
-    def end_backend(self, pid: int, *, using: str | None = None) -> bool:
-        """End backend `pid`: a transaction-mode job's transaction whose handler ran on
-        past its timeout without a statement to cut (S39); its row lock goes with it."""
-        ((ended,),) = db.fetchall(sql.END_BACKEND, {"pid": pid}, using)
-        return bool(ended)
+    def end_backend(self, backend: Backend, *, using: str | None = None) -> bool:
+        """End `backend` while it still runs its transaction: a transaction-mode job's
+        whose handler ran on past its timeout without a statement to cut (S39); its row
+        lock goes with it."""
+        return _signalled(sql.END_BACKEND, backend, using)
 
     def limit_statement_time(self, handle: JobHandle, seconds: float) -> None:
         """Cancel any statement of the current transaction that runs past `seconds` (a
@@ -516,6 +516,13 @@ class JobManager(JobUpkeep):
         return sum(
             self.cancel_many(ids, reason=reason, using=using) for reason, ids in by_reason.items()
         )
+
+
+def _signalled(statement: str, backend: Backend, using: str | None) -> bool:
+    """Whether `statement` (a cancel or an end) reached `backend`: False when the backend
+    no longer runs its transaction, so nothing else is reached."""
+    rows = db.fetchall(statement, {"pid": backend.pid, "xact": backend.xact}, using)
+    return bool(rows and rows[0][0])
 
 
 def _retry_delay(handle: JobHandle, delay: float | timedelta | None) -> float:

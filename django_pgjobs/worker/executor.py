@@ -262,7 +262,7 @@ class Executor:
             )
             return self._retry(handle, failure, None, started)
         finally:
-            handle.control.backend_pid = None
+            handle.control.backend = None
         return _as_recorded(self._finish(handle, Verdict.ACK, started, result=result))
 
     def _recorded_outside(

@@ -62,9 +62,9 @@ class Timeouts:
             if not self.pool.abandon(running):
                 continue  # it finished just now: its outcome stands
             running.handle.control.abandoned = True
-            pid = running.handle.control.backend_pid
-            if running.atomic and pid is not None:
-                self.jobs.end_backend(pid, using=self.using)
+            backend = running.handle.control.backend
+            if running.atomic and backend is not None:
+                self.jobs.end_backend(backend, using=self.using)
             self.leases.time_out(running)
             handle = running.handle
             tracing.timed_out(handle, handle.timeout_s or 0.0)
@@ -89,11 +89,11 @@ class Timeouts:
         """Cut a transaction-mode job's statement at its timeout; True while its handler
         has the grace to return, False once it is to be abandoned."""
         handle = running.handle
-        pid = handle.control.backend_pid
+        backend = handle.control.backend
         deadline = running.deadline or now
         if now < deadline + CUT_GRACE_S:
-            if pid is not None:
-                if self.jobs.cut_statement(pid, using=self.using) and not running.cut:
+            if backend is not None:
+                if self.jobs.cut_statement(backend, using=self.using) and not running.cut:
                     logger.info(
                         "job id=%s kind=%s reached its timeout of %gs: its statement is cut",
                         handle.id,

@@ -4,6 +4,7 @@ bounded, and the worker says when they hold it back."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -107,3 +108,62 @@ def test_s27_s33_a_run_abandoned_at_its_timeout_is_told_once_when_it_is_abandone
     for _, _, error, duration in told:
         assert error is not None and error.startswith("timed out after")
         assert 0.4 < duration < 2.5  # the time to the cut, not to the handler's return
+
+
+def test_s39_a_timeout_reaches_its_jobs_transaction_and_no_later_one_on_its_connection() -> None:
+    """The statement cut and the backend's end at a transaction-mode job's timeout name
+    the job's transaction, not only its backend's process id: once the job's transaction
+    ended, the same connection runs the thread's next job, and a cut or an end meant for
+    the first reaches nothing (a process id alone would have cut the next job's
+    statement, or ended the connection of whoever took the id)."""
+    from django.db import connections, transaction
+
+    from django_pgjobs.claims import Backend
+    from django_pgjobs.worker.faults import sqlstate
+
+    Job.objects.enqueue("tests.noop")
+    (handle,) = Job.objects.claim_batch("default", 1, "w")
+    seen: dict[str, Any] = {}
+
+    def thread_of_jobs() -> None:
+        try:
+            with handle.fenced():
+                seen["first"] = handle.control.backend
+            # The thread's next job: a transaction of its own on the same connection.
+            with transaction.atomic():
+                seen["second"] = Backend(
+                    *execute("SELECT pg_backend_pid(), pg_current_xact_id()::xid::text")[0]
+                )
+                try:
+                    execute("SELECT pg_sleep(4)")
+                    seen["slept"] = True
+                except Exception as error:
+                    seen["error"] = sqlstate(error)
+                    raise
+        except Exception:
+            pass
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=thread_of_jobs)
+    worker.start()
+    wait_until(lambda: "second" in seen)
+    first, second = seen["first"], seen["second"]
+    assert first.pid == second.pid and first.xact != second.xact
+    wait_until(
+        lambda: (
+            execute("SELECT wait_event FROM pg_stat_activity WHERE pid = %s", [second.pid])
+            == [("PgSleep",)]
+        )
+    )
+    assert not Job.objects.cut_statement(first)
+    assert not Job.objects.end_backend(first)
+    time.sleep(0.3)
+    assert execute("SELECT wait_event FROM pg_stat_activity WHERE pid = %s", [second.pid]) == [
+        ("PgSleep",)
+    ]
+    # Its own transaction is reached.
+    assert Job.objects.cut_statement(second)
+    worker.join(timeout=5)
+    assert not worker.is_alive()
+    assert seen.get("error") == "57014" and "slept" not in seen

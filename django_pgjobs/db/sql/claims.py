@@ -586,11 +586,11 @@ RETURNING j.id
 LOCK_CURRENT_CLAIM = f"""
 -- Lock a job row for the rest of the transaction if its claim is current (S16, S21),
 -- say whether a cancel request binds the claim (its reason; NULL: none, S38), and which
--- backend holds the lock (the worker cancels its statement at a timeout, S39). FOR KEY
--- SHARE keeps every claimer, rescuer, cancel and sweep away (they take the row FOR
--- UPDATE or delete it) and lets the worker's heartbeats in (S39).
+-- backend and transaction hold the lock (the worker cancels that transaction's statement
+-- at a timeout, S39). FOR KEY SHARE keeps every claimer, rescuer, cancel and sweep away
+-- (they take the row FOR UPDATE or delete it) and lets the worker's heartbeats in (S39).
 SELECT j.id, (SELECT c.reason FROM pgjobs_cancel_request AS c
-              WHERE c.job_id = j.id), pg_backend_pid()
+              WHERE c.job_id = j.id), pg_backend_pid(), pg_current_xact_id()::xid::text
 FROM pgjobs_job AS j, (SELECT %(token)s::uuid AS token) AS t
 WHERE j.id = %(id)s AND {CLAIM_IS_CURRENT}
 FOR KEY SHARE OF j

@@ -66,15 +66,21 @@ SELECT set_config('statement_timeout', %(timeout)s, true)
 """
 
 CANCEL_STATEMENT = """
--- Cancel the statement backend %(pid)s runs now (a transaction-mode job past its timeout,
--- S39): one of this role's own connections, so no privilege beyond its own is needed.
-SELECT pg_cancel_backend(%(pid)s)
+-- Cancel the statement backend %(pid)s runs now, if it still runs transaction %(xact)s (a
+-- transaction-mode job past its timeout, S39; the id alone may name another connection by
+-- now): one of this role's own connections, so no privilege beyond its own is needed.
+SELECT pg_cancel_backend(a.pid)
+FROM pg_stat_get_activity(%(pid)s) AS a
+WHERE a.backend_xid::text = %(xact)s
 """
 
 END_BACKEND = """
--- End backend %(pid)s, rolling its transaction back and releasing its locks: the
--- transaction of a transaction-mode job whose handler ran on past its timeout (S39).
-SELECT pg_terminate_backend(%(pid)s)
+-- End backend %(pid)s if it still runs transaction %(xact)s, rolling it back and releasing
+-- its locks: the transaction of a transaction-mode job whose handler ran on past its
+-- timeout (S39).
+SELECT pg_terminate_backend(a.pid)
+FROM pg_stat_get_activity(%(pid)s) AS a
+WHERE a.backend_xid::text = %(xact)s
 """
 
 DATABASE_CLOCK = """
