@@ -54,7 +54,7 @@ def test_dead_rows_fewer_than_the_live_ones_or_the_minimum_are_left_to_autovacuu
     assert vacuums() == ran
 
 
-def test_dead_rows_enough_to_slow_claims_are_vacuumed_behind_a_bigger_backlog() -> None:
+def test_s42_dead_rows_enough_to_slow_claims_are_vacuumed_behind_a_bigger_backlog() -> None:
     """Claims walk the dead entries, not the backlog: past `dead_enough` dead rows the
     table is vacuumed however many live rows wait."""
     Job.objects.enqueue_many([{"kind": "tests.noop", "queue": "kept"}] * 1500)
