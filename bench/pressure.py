@@ -287,7 +287,12 @@ def pressure(database: Database, sizes: Sizes) -> list[Figure]:
                     pin.__enter__()
                 try:
                     deadline = time.monotonic() + seconds
+                    said_at, said_to = time.monotonic(), 0
                     while time.monotonic() < deadline:
+                        if time.monotonic() - said_at >= PROGRESS_S:
+                            recent = phase.claims[said_to:]
+                            said_at, said_to = time.monotonic(), len(phase.claims)
+                            _say_progress(phase, seconds, recent, producer, Path(tally))
                         ms, buffers, explained = _claim_sample(worker, floors)
                         phase.claims.append((time.monotonic() - began, ms, buffers))
                         if buffers > phase.costliest[0]:
@@ -340,6 +345,31 @@ def pressure(database: Database, sizes: Sizes) -> list[Figure]:
         )
     )
     return figures
+
+
+#: Seconds between two progress lines of a phase.
+PROGRESS_S = 60.0
+
+
+def _say_progress(
+    phase: Phase,
+    seconds: float,
+    recent: list[tuple[float, float, int]],
+    producer: Producer,
+    tally: Path,
+) -> None:
+    """A line for the minute gone by of a long phase: its claim samples (`recent`), how
+    many jobs have started of those committed, and the table's size."""
+    if not recent:
+        return
+    print(
+        f"   {phase.name:>20}: {(time.time() - phase.started) / 60:.0f} of"
+        f" {seconds / 60:.0f} min; claims {statistics.mean(ms for _, ms, _ in recent):.2f} ms,"
+        f" {statistics.mean(b for _, _, b in recent):.0f} buffers, at most"
+        f" {max(b for _, _, b in recent)}; {len(_read_pickups(tally))} of"
+        f" {len(producer.committed)} jobs started; {phase.peak_mb:.0f} MB at most",
+        flush=True,
+    )
 
 
 def _say(phase: Phase, rate: int) -> None:
