@@ -324,3 +324,9 @@ class TableCare:
         self._vacuumed_under = (horizon,)
         logger.info("vacuumed the job table: %d dead rows beside %d live ones", dead, live)
         return True
+
+    def lower_floors(self) -> None:
+        """While claims read from floors, read the floors from the start and lower them
+        to a job put back behind one (ClaimFloors.lower): every FLOORS_RESET_S, on the
+        maintenance thread, since that read walks every dead entry the horizon keeps."""
+        Job.objects.lower_claim_floors(using=self.using)

@@ -53,6 +53,12 @@ class JobUpkeep(JobReads):
         horizon is held (see ClaimFloors)."""
         claim_floors(db.alias(using)).engage(held)
 
+    def lower_claim_floors(self, *, using: str | None = None) -> None:
+        """Read this process's claim floors from the start and lower them to what is
+        found (ClaimFloors.lower), while they are engaged: a job put back behind its
+        queue's floor is claimed from then on."""
+        claim_floors(db.alias(using)).lower()
+
     def reads_from_floors(self, *, using: str | None = None) -> bool:
         """Whether this process's claims read from their queues' floors now."""
         return claim_floors(db.alias(using)).engaged

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from django_pgjobs.db import connection as db
 from django_pgjobs.exceptions import InvalidJobOption
 from django_pgjobs.maintenance import Sweeper, TableCare
+from django_pgjobs.managers.floors import FLOORS_RESET_S
 from django_pgjobs.models import Job, Worker
 from django_pgjobs.records import WorkerAsked
 from django_pgjobs.scheduler import Scheduler
@@ -78,7 +79,9 @@ class BackgroundService:
 class MaintenanceService(BackgroundService):
     """The sweeper (S24) every `sweep_interval` seconds, replicas taking turns, and the
     job table's care (a VACUUM when one is due and can help, TableCare) every
-    `care_interval` seconds, on one thread and one connection (0: that one is off)."""
+    `care_interval` seconds, and with it, while claims read from floors, their reading
+    from the start every FLOORS_RESET_S, on one thread and one connection (an interval
+    of 0: that one is off)."""
 
     name = "maintenance"
 
@@ -89,7 +92,9 @@ class MaintenanceService(BackgroundService):
         if sweep_interval > 0:
             self.passes["sweep"] = (Sweeper(take_turns=True, using=using).run_once, sweep_interval)
         if care_interval > 0:
-            self.passes["care"] = (TableCare(using=using).run_once, care_interval)
+            care = TableCare(using=using)
+            self.passes["care"] = (care.run_once, care_interval)
+            self.passes["floors"] = (care.lower_floors, FLOORS_RESET_S)
         self._due: dict[str, float] = {}
 
     def first_wait(self) -> float:

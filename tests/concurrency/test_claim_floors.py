@@ -228,26 +228,67 @@ def test_s42_levels_above_and_below_the_known_top_are_claimed_in_priority_order(
     assert order == [high, middle, low]
 
 
-def test_s42_a_backdated_job_behind_the_floor_waits_only_until_floors_are_read_from_the_start(
-    held_horizon: None, monkeypatch: pytest.MonkeyPatch
+def test_s42_a_backdated_job_behind_the_floor_waits_only_until_the_floors_are_lowered(
+    held_horizon: None,
 ) -> None:
-    monkeypatch.setattr(floors_module, "FLOORS_RESET_S", 2.0)
     leave_claimed(500)
     Job.objects.claim_from_floors(True)
     assert Job.objects.claim_batch(QUEUE, 1, "floors-test") == []  # the floors are read
     job_id = Job.objects.enqueue("tests.noop", queue=QUEUE).id
     execute("UPDATE pgjobs_job SET run_after = now() - interval '1 hour' WHERE id = %s", [job_id])
+    time.sleep(floors_module.FLOORS_STEP_S)
 
-    assert Job.objects.claim_batch(QUEUE, 1, "floors-test") == []  # behind the floor
-    found: list[int] = []
+    # The claims' own readings go on from the floors: they never find it.
+    assert Job.objects.claim_batch(QUEUE, 1, "floors-test") == []
+    Job.objects.lower_claim_floors()  # the maintenance thread's reading from the start
 
-    def claimed() -> bool:
-        found.extend(h.id for h in Job.objects.claim_batch(QUEUE, 1, "floors-test"))
-        return bool(found)
+    assert [h.id for h in Job.objects.claim_batch(QUEUE, 1, "floors-test")] == [job_id]
 
-    wait_until(claimed, timeout=10, interval=0.05)  # the floors read from the start
 
-    assert found == [job_id]
+def test_s42_a_reading_in_flight_while_the_floors_are_lowered_keeps_the_lower_floor(
+    held_horizon: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claims' reading of the floors from the last ones on, sent before the
+    maintenance thread lowered them to a job put back behind its floor, and answered
+    after: the claims keep the lowered floor and take the job."""
+    leave_claimed(200)
+    floors = claim_floors("default")
+    Job.objects.claim_from_floors(True)
+    assert Job.objects.claim_batch(QUEUE, 1, "floors-test") == []
+    job_id = Job.objects.enqueue("tests.noop", queue=QUEUE).id
+    execute("UPDATE pgjobs_job SET run_after = now() - interval '1 hour' WHERE id = %s", [job_id])
+    reading = threading.Event()
+    lowered = threading.Event()
+
+    def lower() -> None:
+        assert reading.wait(10)
+        try:
+            Job.objects.lower_claim_floors()
+        finally:
+            connection.close()
+            lowered.set()
+
+    # The claims' reading is held between its question and its answer while the other
+    # thread lowers the floors.
+    thread = threading.Thread(target=lower)
+    thread.start()
+    real_fetchall = db.fetchall
+
+    claims_thread = threading.current_thread()
+
+    def held_reading(statement: str, params: Any, using: str | None) -> Any:
+        rows = real_fetchall(statement, params, using)
+        if threading.current_thread() is claims_thread:
+            reading.set()
+            assert lowered.wait(10)
+        return rows
+
+    monkeypatch.setattr(db, "fetchall", held_reading)
+    floors._read([QUEUE])
+    monkeypatch.undo()
+    thread.join(10)
+
+    assert [h.id for h in Job.objects.claim_batch(QUEUE, 1, "floors-test")] == [job_id]
 
 
 def test_s42_the_table_care_engages_floors_while_the_horizon_holds_and_lets_go_after() -> None:

@@ -109,3 +109,37 @@ def test_s42_a_worker_says_in_the_registry_while_its_claims_read_from_floors() -
             wait_until(lambda: reads_from_floors(worker), timeout=10, interval=0.1)
             pin.rollback()
         wait_until(lambda: not reads_from_floors(worker), timeout=10, interval=0.1)
+
+
+@override_settings(PGJOBS={"VACUUM_INTERVAL": 0.2})
+def test_s42_a_worker_lowers_its_floors_to_a_job_put_back_behind_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While its claims read from floors, a worker's maintenance thread reads them from
+    the start and lowers them: a job written behind its queue's floor (backdated in its
+    transaction, as a claim put back with its old run_after is) runs while the horizon
+    still holds, though the claims' own readings go on from the floors."""
+    from django.db import transaction
+
+    from django_pgjobs.worker import services
+
+    monkeypatch.setattr(services, "FLOORS_RESET_S", 0.5)
+    with (
+        running_worker(queues=["default"], poll_interval=0.2),
+        other_connection(autocommit=False) as pin,
+    ):
+        pin.execute("SELECT txid_current()")  # an XID held: the horizon stays here
+        leave_dead_rows(1500)
+        wait_until(Job.objects.reads_from_floors, timeout=10, interval=0.1)
+        Job.objects.enqueue("tests.noop")  # its claim reads the queue's floor
+        wait_until(lambda: not Job.objects.exists(), timeout=10)
+        with transaction.atomic():
+            job_id = Job.objects.enqueue("tests.noop").id
+            execute(
+                "UPDATE pgjobs_job SET run_after = now() - interval '1 hour' WHERE id = %s",
+                [job_id],
+            )
+
+        wait_until(lambda: not Job.objects.filter(id=job_id).exists(), timeout=10)
+        assert Job.objects.reads_from_floors()  # the horizon held all along
+        pin.rollback()
