@@ -266,6 +266,13 @@ MIN_DEAD_ROWS = 1000
 DEAD_ENOUGH_ROWS = 50_000
 
 
+#: How many times its statistics' size the job table grows before the table care ANALYZEs
+#: it, so that the statements on it are planned for its size, and the size (pages) below
+#: which its growth does not count.
+REPLAN_GROWTH = 2
+REPLAN_MIN_PAGES = 64
+
+
 class TableCare:
     """VACUUM of the job table when its dead rows outnumber its live ones or reach
     `dead_enough` (and at least `min_dead`) and a VACUUM can remove them; claim floors
@@ -281,6 +288,8 @@ class TableCare:
     `min_dead` dead rows: meanwhile this process's claims read from their queues' floors
     (ClaimFloors), past the dead entries they would otherwise walk. A backlog does not
     delay that: the claims walk the dead entries however many live rows wait behind them.
+    A table grown REPLAN_GROWTH times past the size of its statistics is ANALYZEd, so that
+    every backend plans its statements for the table as it is.
     """
 
     def __init__(
@@ -301,12 +310,50 @@ class TableCare:
 
     def run_once(self) -> bool:
         """Look, and VACUUM when it is due; return whether it ran. Claims read from
-        their queues' floors while the horizon is held (ClaimFloors), from the start
-        once it moves."""
+        their queues' floors while the horizon is held (ClaimFloors), and from the start
+        once it moved and the VACUUM that follows ran: until then the dead entries the
+        horizon kept are still in the claims' way."""
         dead, live, horizon = Job.objects.table_upkeep(using=self.using)
         still = horizon is not None and horizon == self._last_horizon
         self._last_horizon = horizon
         held = still and dead >= self.min_dead
+        if held:
+            self._read_from_floors(True, horizon, dead)
+        try:
+            vacuumed = self._vacuum_if_due(dead, live, horizon)
+        finally:
+            if not held:
+                self._read_from_floors(False, horizon, dead)
+        if not vacuumed:
+            self._analyze_if_grown()
+        return vacuumed
+
+    def _analyze_if_grown(self) -> None:
+        """ANALYZE the job table once it has grown REPLAN_GROWTH times past the size its
+        statistics give: a worker keeps each statement's generic plan until new
+        statistics come, and one made for a table of a few pages probes rows by a
+        sequential scan, which at 80 MB took an ack one to two seconds. While the horizon
+        is held, no VACUUM brings them; nor does one while a backlog grows."""
+        pages, planned = Job.objects.table_pages(using=self.using)
+        if pages <= REPLAN_GROWTH * max(planned, REPLAN_MIN_PAGES):
+            return
+        Job.objects.analyze(using=self.using)
+        logger.info(
+            "analyzed the job table: %d pages, %d when its statements were last planned",
+            pages,
+            planned,
+        )
+
+    def _vacuum_if_due(self, dead: int, live: int, horizon: str | None) -> bool:
+        in_vain = horizon is not None and self._vacuumed_under == (horizon,)
+        if dead < max(self.min_dead, min(live, self.dead_enough)) or in_vain:
+            return False  # few dead rows, or the horizon that held them still holds
+        Job.objects.vacuum(using=self.using)
+        self._vacuumed_under = (horizon,)
+        logger.info("vacuumed the job table: %d dead rows beside %d live ones", dead, live)
+        return True
+
+    def _read_from_floors(self, held: bool, horizon: str | None, dead: int) -> None:
         if held != self._held:
             logger.info(
                 "the xmin horizon %s: %s",
@@ -317,13 +364,6 @@ class TableCare:
             )
             self._held = held
         Job.objects.claim_from_floors(held, using=self.using)
-        in_vain = horizon is not None and self._vacuumed_under == (horizon,)
-        if dead < max(self.min_dead, min(live, self.dead_enough)) or in_vain:
-            return False  # few dead rows, or the horizon that held them still holds
-        Job.objects.vacuum(using=self.using)
-        self._vacuumed_under = (horizon,)
-        logger.info("vacuumed the job table: %d dead rows beside %d live ones", dead, live)
-        return True
 
     def lower_floors(self) -> None:
         """While claims read from floors, read the floors from the start and lower them

@@ -43,6 +43,17 @@ class JobUpkeep(JobReads):
         ((dead, live, horizon),) = db.fetchall(sql.JOB_TABLE_UPKEEP, {}, using)
         return int(dead or 0), int(live or 0), horizon
 
+    def table_pages(self, *, using: str | None = None) -> tuple[int, int]:
+        """The job table's size in pages now, and the size its statistics give, which
+        the cached plans of the statements on it were made for."""
+        ((pages, planned),) = db.fetchall(sql.JOB_TABLE_PAGES, {}, using)
+        return int(pages), int(planned)
+
+    def analyze(self, *, using: str | None = None) -> None:
+        """ANALYZE the job table (skipped when another ANALYZE or VACUUM of it runs): every
+        backend then plans its statements on it anew; outside any transaction."""
+        db.utility(sql.ANALYZE_JOB_TABLE, using)
+
     def vacuum(self, *, using: str | None = None) -> None:
         """VACUUM the job table (skipped when another VACUUM of it runs); outside any
         transaction."""

@@ -10,6 +10,7 @@ import pytest
 from django.test import override_settings
 
 from django_pgjobs.maintenance import TableCare
+from django_pgjobs.managers.floors import claim_floors
 from django_pgjobs.models import Job, Worker
 from tests.helpers import execute, other_connection, running_worker, scalar, wait_until
 
@@ -86,6 +87,41 @@ def test_s42_no_vacuum_in_vain_while_the_horizon_holds_and_one_as_soon_as_it_mov
     assert dead_rows() < 1000
 
 
+def test_s42_claims_read_from_floors_until_the_vacuum_after_the_horizon_moved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once the horizon moves, the dead entries it kept are still in the claims' way
+    until a VACUUM removes them: the claims read from their floors until then, not from
+    their start through all of them."""
+    care = TableCare(min_dead=1000)
+    floors = claim_floors("default")
+    engaged_at_vacuum: list[bool] = []
+    vacuum = Job.objects.vacuum
+
+    def watched_vacuum(**kwargs: Any) -> None:
+        engaged_at_vacuum.append(floors.engaged)
+        vacuum(**kwargs)
+
+    monkeypatch.setattr(Job.objects, "vacuum", watched_vacuum)
+    try:
+        with other_connection(autocommit=False) as pin:
+            pin.execute("SELECT txid_current()")  # an XID held: the horizon stays here
+            leave_dead_rows(1500)
+            care.run_once()
+            care.run_once()
+            assert floors.engaged
+            pin.rollback()
+        engaged_at_vacuum.clear()
+
+        assert care.run_once() is True
+
+        assert engaged_at_vacuum == [True]
+        assert not floors.engaged
+        assert dead_rows() < 1000
+    finally:
+        Job.objects.claim_from_floors(False)
+
+
 @override_settings(PGJOBS={"VACUUM_INTERVAL": 0.2})
 def test_s42_a_worker_vacuums_the_table_by_itself_within_its_interval() -> None:
     with running_worker(queues=["default"]):
@@ -143,3 +179,45 @@ def test_s42_a_worker_lowers_its_floors_to_a_job_put_back_behind_them(
         wait_until(lambda: not Job.objects.filter(id=job_id).exists(), timeout=10)
         assert Job.objects.reads_from_floors()  # the horizon held all along
         pin.rollback()
+
+
+def test_s42_a_table_grown_past_its_statistics_is_analyzed_and_its_statements_planned_anew() -> (
+    None
+):
+    """A generic plan made while the job table was a few pages probes rows by a
+    sequential scan, and a backend keeps it while the table grows, until new statistics
+    come: the care ANALYZEs a table grown past twice its statistics' size, once."""
+    care = TableCare(min_dead=10**9)  # no VACUUM: only the growth counts
+    execute("VACUUM pgjobs_job")
+    with other_connection() as backend:
+        backend.execute("SET plan_cache_mode = force_generic_plan")
+        backend.execute(
+            "PREPARE probe(bigint[]) AS SELECT id FROM pgjobs_job WHERE id = ANY($1) FOR UPDATE"
+        )
+
+        def plan() -> str:
+            rows = backend.execute("EXPLAIN EXECUTE probe('{1,2,3}')").fetchall()
+            return "\n".join(row[0] for row in rows)
+
+        assert "Seq Scan on pgjobs_job" in plan()  # planned for a table of a few pages
+        Job.objects.enqueue_many([{"kind": "tests.noop", "queue": "care"}] * 20_000)
+        pages, planned = Job.objects.table_pages()
+        assert pages > 4 * max(planned, 64)
+        assert "Seq Scan on pgjobs_job" in plan()  # kept while the table grew
+        analyzed = int(
+            scalar("SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'pgjobs_job'")
+        )
+
+        care.run_once()
+
+        assert "pgjobs_job_pkey" in plan()
+        pages, planned = Job.objects.table_pages()
+        assert planned == pages
+        care.run_once()  # not grown since: no other ANALYZE
+        execute("SELECT pg_stat_force_next_flush()")
+        assert (
+            int(
+                scalar("SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'pgjobs_job'")
+            )
+            == analyzed + 1
+        )

@@ -186,6 +186,8 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "CLAIM_FLOORS": {"queues": ["default", "other"], "floors": [None, None], "lease_floor": None},
     "JOB_TABLE_UPKEEP": {},
     "VACUUM_JOB_TABLE": {},
+    "ANALYZE_JOB_TABLE": {},
+    "JOB_TABLE_PAGES": {},
     "SWEEP_EXPIRED": {"limit": 10, "errors_kept": 10, **WAKE},
     "RESCUE_LAPSED_JOBS": {"queues": None, "limit": 10, "errors_kept": 10, **WAKE},
     "PRUNE_DONE": {"limit": 10},
@@ -403,11 +405,12 @@ TABLELESS = {
     "DROP_END_PARENTS_FUNCTION",
     "END_BATCH_SEAL",
     "JOB_TABLE_UPKEEP",  # the statistics' views, of the job table by its name
+    "JOB_TABLE_PAGES",  # the catalog's row of the job table, by its name
 }
 #: Statements that cannot run inside the test's transaction: a utility statement
 #: (TableCare's tests run it), and the first statement of a transaction (the chaos run's
 #: reader, tests/processes/test_chaos.py).
-UTILITY = {"VACUUM_JOB_TABLE", "READ_JOBS_IN_SNAPSHOT"}
+UTILITY = {"VACUUM_JOB_TABLE", "ANALYZE_JOB_TABLE", "READ_JOBS_IN_SNAPSHOT"}
 
 
 def test_every_statement_has_sample_parameters() -> None:
@@ -452,7 +455,8 @@ def test_statement_names_only_the_models_tables_and_opens_with_a_comment(name: s
     assert statement.lstrip().startswith("-- ")
     tables = set(
         re.findall(
-            r"\b(?:FROM|INTO|UPDATE|JOIN|TABLE|VACUUM \([A-Z_, ]+\))\s+(pgjobs_\w+)", statement
+            r"\b(?:FROM|INTO|UPDATE|JOIN|TABLE|(?:VACUUM|ANALYZE) \([A-Z_, ]+\))\s+(pgjobs_\w+)",
+            statement,
         )
     )
     assert bool(tables) == (name not in TABLELESS)

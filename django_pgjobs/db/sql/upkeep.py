@@ -30,6 +30,21 @@ FROM pg_stat_user_tables AS s
 WHERE s.relid = 'pgjobs_job'::regclass
 """
 
+JOB_TABLE_PAGES = """
+-- The job table's size in pages now, and as its statistics have it (pg_class.relpages, set
+-- by the last VACUUM or ANALYZE of it, which also make every backend plan its statements
+-- on it anew): about the size every cached plan of them was made for.
+SELECT pg_relation_size(c.oid) / current_setting('block_size')::int, c.relpages
+FROM pg_class AS c
+WHERE c.oid = 'pgjobs_job'::regclass
+"""
+
+ANALYZE_JOB_TABLE = """
+-- New statistics of the job table, and with them new plans of every statement on it in
+-- every backend; skipped when another ANALYZE or VACUUM of it runs now.
+ANALYZE (SKIP_LOCKED) pgjobs_job
+"""
+
 VACUUM_JOB_TABLE = """
 -- Remove the job table's dead rows and their index entries (every index, however few),
 -- unless another VACUUM of it runs now (autovacuum's, or another worker's).
