@@ -108,11 +108,22 @@ class MaintenanceService(BackgroundService):
         return max(0.0, min(self._due.values()) - now)
 
     def run_once(self) -> float:
+        """Run the passes that are due, each whatever the others do: one that fails (a
+        VACUUM cut by a statement timeout, say) stays due and is tried again after the
+        service's backoff, and does not hold back the passes after it (the floors'
+        lowering, which the claims need while the horizon is held)."""
         now = time.monotonic()
+        failed: Exception | None = None
         for name, (run, interval) in self.passes.items():
             if now >= self._due[name]:
-                run()
+                try:
+                    run()
+                except Exception as error:
+                    failed = failed or error
+                    continue
                 self._due[name] = time.monotonic() + interval
+        if failed is not None:
+            raise failed
         return max(0.0, min(self._due.values()) - time.monotonic())
 
 
