@@ -112,6 +112,8 @@ class ClaimFloors:
             self.alias,
         )
         with self._lock:
+            if not self.engaged:
+                return  # let go while the reading was on its way: nothing of it counts
             lowered_since = self._lowered != lowered
             for queue, floor, top, lease_floor in rows:
                 if lowered_since:
