@@ -74,7 +74,8 @@ class Backend(NamedTuple):
     """A transaction on a database server: the backend's process id and the transaction's
     id. A process id alone can name another connection by the time it is used (the
     transaction ended and the connection runs the thread's next job, or a new connection
-    took the id); the pair names only that transaction while it runs."""
+    took the id); the pair names that transaction while it runs. A signal is sent after
+    the check, so a transaction that ends in between is the one instant it can miss."""
 
     pid: int
     xact: str

@@ -307,6 +307,7 @@ class TableCare:
         #: The horizon the last look found (None: none yet, or nothing held one).
         self._last_horizon: str | None = None
         self._held = False
+        self._analyze_warned = False
 
     def run_once(self) -> bool:
         """Look, and VACUUM when it is due; return whether it ran. Claims read from
@@ -338,11 +339,23 @@ class TableCare:
         if pages <= REPLAN_GROWTH * max(planned, REPLAN_MIN_PAGES):
             return
         Job.objects.analyze(using=self.using)
-        logger.info(
-            "analyzed the job table: %d pages, %d when its statements were last planned",
-            pages,
-            planned,
-        )
+        if Job.objects.table_pages(using=self.using)[1] != planned:
+            logger.info(
+                "analyzed the job table: %d pages, %d in the statistics before",
+                pages,
+                planned,
+            )
+        elif not self._analyze_warned:
+            # Skipped: another ANALYZE or VACUUM of it ran, or this role does not own it.
+            self._analyze_warned = True
+            logger.warning(
+                "the job table has %d pages, %d in its statistics, and an ANALYZE of it "
+                "changed nothing (a VACUUM of it ran, or this role does not own it): if "
+                "this repeats, run the workers as the table's owner (the role that ran the "
+                "migrations), or keep autovacuum's ANALYZE of it on",
+                pages,
+                planned,
+            )
 
     def _vacuum_if_due(self, dead: int, live: int, horizon: str | None) -> bool:
         in_vain = horizon is not None and self._vacuumed_under == (horizon,)
