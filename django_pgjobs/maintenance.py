@@ -319,12 +319,12 @@ class TableCare:
         self._last_horizon = horizon
         held = still and dead >= self.min_dead
         if held:
-            self._read_from_floors(True, horizon, dead)
+            self._claim_from_floors(True, horizon, dead)
         try:
             vacuumed = self._vacuum_if_due(dead, live, horizon)
         finally:
             if not held:
-                self._read_from_floors(False, horizon, dead)
+                self._claim_from_floors(False, horizon, dead)
         if not vacuumed:
             self._analyze_if_grown()
         return vacuumed
@@ -366,7 +366,7 @@ class TableCare:
         logger.info("vacuumed the job table: %d dead rows beside %d live ones", dead, live)
         return True
 
-    def _read_from_floors(self, held: bool, horizon: str | None, dead: int) -> None:
+    def _claim_from_floors(self, held: bool, horizon: str | None, dead: int) -> None:
         if held != self._held:
             logger.info(
                 "the xmin horizon %s: %s",
