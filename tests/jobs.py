@@ -29,6 +29,24 @@ def record(ctx: JobHandle, label: str = "", sleep: float = 0) -> str:
     return label
 
 
+#: Backends of this database other than the caller's waiting for a lock right now.
+LOCK_WAITS = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()
+"""
+
+
+@job(name="tests.note_lock_waits")
+def note_lock_waits(ctx: JobHandle) -> None:
+    """Record how many other backends wait for a lock as this job starts."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(LOCK_WAITS)
+        (waiting,) = cursor.fetchone()
+    _note(ctx, f"lock waits {waiting}")
+
+
 @job(name="tests.record_then_fail")
 def record_then_fail(ctx: JobHandle, label: str = "") -> None:
     """Record this execution, then fail for good: a dead letter at once."""

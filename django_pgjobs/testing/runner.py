@@ -10,7 +10,7 @@ from django_pgjobs.worker.completer import Completer
 from django_pgjobs.worker.executor import Executor
 from django_pgjobs.worker.faults import Faults
 from django_pgjobs.worker.options import default_queues
-from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
+from django_pgjobs.worker.stats import WorkerStats
 
 #: The worker id the jobs run by `run_jobs` are claimed with.
 TEST_WORKER_ID = "django_pgjobs.testing"
@@ -33,7 +33,7 @@ def run_jobs(
     stats = WorkerStats()
     alias = using or pgjobs_settings.DATABASE
     faults = Faults(alias)
-    completer = Completer(Job.objects, stats, faults, MinuteCounts(alias))
+    completer = Completer(Job.objects, stats, faults)
     executor = Executor()
     try:
         for _ in range(max_rounds):

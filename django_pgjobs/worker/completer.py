@@ -36,7 +36,7 @@ from django_pgjobs.managers import JobManager
 from django_pgjobs.states import DeadCategory
 from django_pgjobs.worker.executor import cancellation_of
 from django_pgjobs.worker.faults import Faults, describe, is_lock_timeout, is_outage
-from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
+from django_pgjobs.worker.stats import WorkerStats
 
 logger = logging.getLogger("django_pgjobs.worker")
 
@@ -54,7 +54,6 @@ class Completer:
         jobs: JobManager,
         stats: WorkerStats,
         faults: Faults,
-        counts: MinuteCounts,
         *,
         keep: Callable[[JobHandle], None] = lambda handle: None,
         let_go: Callable[[JobHandle], None] = lambda handle: None,
@@ -62,7 +61,6 @@ class Completer:
         self.jobs = jobs
         self.stats = stats
         self.faults = faults
-        self.counts = counts
         self.aside = SetAside(keep, let_go)
         self._acks: list[tuple[JobHandle, Any]] = []
         self._retries: list[tuple[JobHandle, Failure, float | None]] = []
@@ -86,12 +84,10 @@ class Completer:
     def timed_out(self, outcome: Outcome) -> None:
         """Buffer the attempt of a handler the worker abandoned at its timeout (S33)."""
         assert outcome.failure is not None
-        self.counts.count(outcome)
         self._timeouts.append((outcome.handle, outcome.failure, outcome.delay))
 
     def take(self, outcome: Outcome) -> None:
         """Buffer what is left to record of `outcome` (counting what needs nothing)."""
-        self.counts.count(outcome)
         verdict = outcome.verdict
         if verdict is Verdict.ACK:
             self._acks.append((outcome.handle, outcome.result))

@@ -1,10 +1,11 @@
 """The worker: a claim loop feeding a pool of handler threads (DESIGN S20-S26).
 
 One thread (the caller's) runs the loop: claim up to the free slots in one statement,
-hand the jobs to the pool, record the outcomes of many jobs in one statement, heartbeat
-the leases of running jobs, and sleep on the LISTEN socket until a job arrives, a handler
+hand the jobs to the pool, hand the outcomes of many jobs to the recorder (which writes
+them on a thread and a connection of its own while the loop claims on), heartbeat the
+leases of running jobs, and sleep on the LISTEN socket until a job arrives, a handler
 finishes, the next scheduled job is due, or the poll interval ends. Each of those is a
-piece of its own (pacing, pool, completer, leases, wakeup); the loop holds no SQL.
+piece of its own (pacing, pool, recorder, leases, wakeup); the loop holds no SQL.
 
 Nothing a crash could lose is kept in memory (S26): a claim that is never recorded comes
 back when its lease lapses.
@@ -31,12 +32,12 @@ from django_pgjobs.models import Job, QueueControl
 from django_pgjobs.records import WorkerAsked
 from django_pgjobs.states import WorkerAsk
 from django_pgjobs.worker import announce
-from django_pgjobs.worker.completer import Completer
 from django_pgjobs.worker.faults import Faults, describe
 from django_pgjobs.worker.leases import Leases
 from django_pgjobs.worker.options import WorkerOptions, default_worker_id, queues_of_database
 from django_pgjobs.worker.pacing import Pacing
 from django_pgjobs.worker.pool import HandlerPool
+from django_pgjobs.worker.recorder import Recorder
 from django_pgjobs.worker.services import (
     BackgroundService,
     MaintenanceService,
@@ -168,13 +169,8 @@ class Worker:
             using=using, listen=self.options.listen, poll_interval=self.options.poll_interval
         )
         self.leases = Leases(jobs, self.faults, self.wakeup.wake)
-        self.completer = Completer(
-            jobs,
-            self.stats,
-            self.faults,
-            MinuteCounts(using),
-            keep=self.leases.keep,
-            let_go=self.leases.drop,
+        self.recorder = Recorder(
+            jobs, self.stats, MinuteCounts(using), using=using, wake=self.wakeup.wake
         )
         self.pool = HandlerPool(concurrency, self.wakeup.wake, async_concurrency)
         self.services = self._services()
@@ -183,7 +179,7 @@ class Worker:
             jobs,
             self.pool,
             self.leases,
-            self.completer,
+            self.recorder,
             self.stats,
             using=using,
             worker_id=self.options.worker_id,
@@ -276,6 +272,7 @@ class Worker:
             self._sync_queue_limits()
             self.wakeup.connect()
             self.pool.start()
+            self.recorder.start()
             for service in self.services:
                 service.start(services_stop)
             logger.info(
@@ -289,7 +286,11 @@ class Worker:
             announce.kinds()
             self._loop()
         finally:
-            self.completer.counts.write(time.monotonic(), final=True)
+            self.recorder.stop()
+            self._contained(
+                "record the per-minute counts",
+                lambda: self.recorder.counts.write(time.monotonic(), final=True),
+            )
             services_stop.set()
             for service in self.services:
                 service.stopped()
@@ -376,7 +377,7 @@ class Worker:
                         stopping.grace,
                         stopping.signal,
                     )
-                if not len(self.leases) and not self.completer.unflushed:
+                if not len(self.leases) and not self.recorder.unflushed:
                     return
                 if stopping.deadline is not None and now >= stopping.deadline:
                     # A last try of the outcomes whose rows were held (S39), then the rest.
@@ -391,7 +392,7 @@ class Worker:
                 self._contained("claim", self._claim_if_possible, now)
             self._contained("heartbeat", self.leases.heartbeat_due, now)
             self._contained("look after running jobs", self.timeouts.look_after, now)
-            self._contained("record the per-minute counts", self.completer.counts.write, now)
+            self._contained("record the per-minute counts", self.recorder.counts.write, now)
             self.report(self.stats, now)
             self._wait(self._timeout(time.monotonic()))
 
@@ -404,7 +405,7 @@ class Worker:
 
     def _exhausted(self) -> bool:
         """True when this worker has nothing left to do (burst drained, max jobs done)."""
-        idle = not len(self.leases) and not self.completer.unflushed and not self.pool.has_finished
+        idle = not len(self.leases) and not self.recorder.unflushed and not self.pool.has_finished
         max_jobs = self.options.max_jobs
         if max_jobs is not None and self.stats.claimed >= max_jobs and idle:
             return True
@@ -481,13 +482,20 @@ class Worker:
         self.stats.in_flight = len(self.leases)
 
     def _collect(self) -> None:
-        """Move finished runs from the handler threads into the completer's buffers."""
+        """Apply what the recorder did since the last look, and hand it the finished runs
+        of the handler threads."""
+        if self.recorder.apply(self.leases.keep, self.leases.drop):
+            # A write may have freed a workflow's child, promoted a key's trigger or
+            # scheduled an immediate retry: the next claim looks, whatever it left
+            # unwritten (what it wrote is committed). The NOTIFY those statements send
+            # wakes other workers, not this one (Wakeup.wait).
+            self.pacing.look_again()
         finished = self.pool.take_finished()
         for outcome in finished:
             self.leases.drop(outcome.handle)
             if outcome.verdict is not Verdict.LOST:  # a lost claim may not have run at all
                 self.pacing.ran(outcome.duration)
-            self.completer.take(outcome)
+            self.recorder.take(outcome)
         # The handler's own transaction saved these (a fence, transaction mode).
         recorded = [
             o.handle
@@ -503,18 +511,10 @@ class Worker:
         self.stats.in_flight = len(self.leases)
 
     def _flush(self) -> None:
-        now = time.monotonic()
-        if not self.completer.flush_due(now) or self.faults.waiting(now):
-            return
-        self.completer.flush()
-        # A completion may have freed a workflow's child, promoted a key's trigger or
-        # scheduled an immediate retry: the next claim looks, whatever the flush left
-        # buffered (what it recorded is committed). The NOTIFY those statements send
-        # wakes other workers, not this one (Wakeup.wait).
-        self.pacing.look_again()
+        self.recorder.kick()
 
     def _last_flush(self) -> None:
-        self.completer.flush(last=True)
+        self.recorder.finish()
 
     def _release_waiting(self) -> None:
         """At a stop request, hand back the prefetched jobs no thread has started (S25):
@@ -537,9 +537,7 @@ class Worker:
     # Waiting -----------------------------------------------------------------------
 
     def _timeout(self, now: float) -> float:
-        if self.pool.has_finished or (
-            self.completer.flush_due(now) and not self.faults.waiting(now)
-        ):
+        if self.pool.has_finished:
             return 0.0
         if self._exhausted():  # a burst drained: leave now, not at the next poll
             return 0.0
@@ -561,8 +559,6 @@ class Worker:
             deadlines.append(self.stopping.deadline)
         if self.faults.retry_at > now:
             deadlines.append(self.faults.retry_at)
-        if self.completer.aside.retry_at is not None:
-            deadlines.append(self.completer.aside.retry_at)
         reconnect = self.wakeup.reconnect_at(now)
         if reconnect is not None:
             deadlines.append(reconnect)
@@ -574,7 +570,8 @@ class Worker:
     def _wait(self, timeout: float) -> None:
         # A NOTIFY of a queue paused on this worker alone does not wake it.
         queues = self.pacing.claiming or self.options.queues
-        if self.wakeup.wait(timeout, queues, db.backend_pid(self.options.using)):
+        own = (db.backend_pid(self.options.using), self.recorder.backend_pid)
+        if self.wakeup.wait(timeout, queues, own):
             self.pacing.look_again()
         for job_id, token in self.wakeup.take_cancels():
             if self.leases.cancel(job_id, token, "cancelled"):

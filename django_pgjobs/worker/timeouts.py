@@ -12,10 +12,10 @@ import logging
 from django_pgjobs import tracing
 from django_pgjobs.claims import Failure, Outcome, Verdict
 from django_pgjobs.managers import JobManager
-from django_pgjobs.worker.completer import Completer
 from django_pgjobs.worker.executor import report, retry_delay, timed_out_error
 from django_pgjobs.worker.leases import Leases, Running
 from django_pgjobs.worker.pool import HandlerPool
+from django_pgjobs.worker.recorder import Recorder
 from django_pgjobs.worker.stats import WorkerStats
 
 logger = logging.getLogger("django_pgjobs.worker")
@@ -33,7 +33,7 @@ class Timeouts:
         jobs: JobManager,
         pool: HandlerPool,
         leases: Leases,
-        completer: Completer,
+        recorder: Recorder,
         stats: WorkerStats,
         *,
         using: str,
@@ -42,7 +42,7 @@ class Timeouts:
         self.jobs = jobs
         self.pool = pool
         self.leases = leases
-        self.completer = completer
+        self.recorder = recorder
         self.stats = stats
         self.using = using
         self.worker_id = worker_id
@@ -80,9 +80,9 @@ class Timeouts:
             if running.atomic:
                 # Its backend is ended: the row is free, and the attempt is recorded as
                 # any retry is (waiting a moment for the lock to go).
-                self.completer.take(outcome)
+                self.recorder.take(outcome)
             else:
-                self.completer.timed_out(outcome)
+                self.recorder.take(outcome, timed_out=True)
         self.stats.in_flight = len(self.leases)
 
     def _cut(self, running: Running, now: float) -> bool:

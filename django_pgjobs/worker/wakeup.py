@@ -62,16 +62,18 @@ class Wakeup:
         with contextlib.suppress(OSError):
             os.write(self._write, b"!")
 
-    def wait(self, timeout: float, queues: Collection[str], own_pid: int | None = None) -> bool:
+    def wait(
+        self, timeout: float, queues: Collection[str], own_pids: Collection[int | None] = ()
+    ) -> bool:
         """Sleep up to `timeout` seconds; return True when a job of `queues` may be there
         to claim (a notification for one of them, or a LISTEN line just reconnected).
 
-        A queue's notification the loop's own connection sent (`own_pid`: its server
-        process) says nothing new: the loop looks again after each of its own statements
-        that can make a job runnable (an ack that frees a workflow's child, a retry, a
-        rerun), and its claim then sees what that statement committed. Waking on it too
-        cost each link of a chain a claim that found nothing. A cancellation is heard
-        whoever sent it."""
+        A queue's notification the worker's own connections sent (`own_pids`: their
+        server processes, the loop's and the recorder's) says nothing new: the loop looks
+        again after each of its own statements that can make a job runnable (an ack that
+        frees a workflow's child, a retry, a rerun), and its claim then sees what that
+        statement committed. Waking on it too cost each link of a chain a claim that
+        found nothing. A cancellation is heard whoever sent it."""
         maybe_more = self._ensure_listener()
         readable = [self._read]
         if self.listener.connected:
@@ -87,7 +89,7 @@ class Wakeup:
             except BlockingIOError:
                 pass
         if self.listener.connected and self.listener.fileno() in ready:
-            maybe_more = self._drain(queues, own_pid) or maybe_more
+            maybe_more = self._drain(queues, own_pids) or maybe_more
         return maybe_more
 
     def take_cancels(self) -> list[tuple[int, uuid.UUID]]:
@@ -133,7 +135,7 @@ class Wakeup:
             self.poll_interval,
         )
 
-    def _drain(self, queues: Collection[str], own_pid: int | None) -> bool:
+    def _drain(self, queues: Collection[str], own_pids: Collection[int | None]) -> bool:
         try:
             notified = self.listener.drain()
         except psycopg.Error as error:
@@ -146,7 +148,7 @@ class Wakeup:
                 cancel = _cancel_of(payload)
                 if cancel is not None:
                     self._cancels.append(cancel)
-            elif sender != own_pid and payload in queues:
+            elif sender not in own_pids and payload in queues:
                 woken = True
         return woken
 

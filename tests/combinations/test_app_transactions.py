@@ -10,7 +10,8 @@ import pytest
 from django.db import connections, transaction
 
 from django_pgjobs.models import Job
-from tests.helpers import count, execute, running_worker, wait_until
+from tests.helpers import count, execute, running_worker, scalar, wait_until
+from tests.jobs import LOCK_WAITS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,4 +62,45 @@ def test_s39_s41_a_child_written_after_a_running_job_stalls_nothing_else(listen:
     assert not errors
     assert count("tests_note", "text = 'parent'") == 1
     assert count("tests_note", "text = 'l start'") == 1  # heartbeaten: ran once
+    assert count("pgjobs_dead") == 0
+
+
+@pytest.mark.parametrize("listen", [True, False], ids=["notify", "poll-only"])
+def test_s39_an_ack_waiting_for_a_row_a_request_holds_holds_up_no_claim(listen: bool) -> None:
+    """A request locks a running job's row; the job's ack then waits for it, up to the
+    worker's lock wait (500 ms) at each try. Meanwhile the worker claims and starts a job
+    enqueued after the wait began: its outcomes are written on a connection of their
+    own (the recorder's), not in the loop that claims. The held job is acked once the
+    request ends."""
+    held = Job.objects.enqueue("tests.record", {"label": "held", "sleep": 0.3}).id
+    locked, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def request() -> None:
+        try:
+            with transaction.atomic():
+                execute("SELECT 1 FROM pgjobs_job WHERE id = %s FOR UPDATE", [held])
+                locked.set()
+                release.wait(10)
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    with running_worker(concurrency=2, listen=listen, poll_interval=0.05):
+        wait_until(lambda: state_of(held) == "running")
+        app = threading.Thread(target=request, daemon=True)
+        app.start()
+        assert locked.wait(5)
+        wait_until(lambda: scalar(LOCK_WAITS) == 1, timeout=5, interval=0.005)
+        Job.objects.enqueue("tests.note_lock_waits")
+        wait_until(lambda: count("tests_note", "text LIKE 'lock waits %'") == 1, timeout=5)
+        assert state_of(held) == "running"
+        release.set()
+        app.join(10)
+        wait_until(lambda: state_of(held) is None, timeout=15)
+    assert not errors
+    # The job started while the ack still waited for the row.
+    assert count("tests_note", "text = 'lock waits 1'") == 1
+    assert count("tests_note", "text = 'held'") == 1
     assert count("pgjobs_dead") == 0

@@ -44,22 +44,27 @@ def test_s23_a_notification_from_another_connection_wakes_the_loop_for_its_queue
     own = db.backend_pid("default")
     with other_connection() as conn:
         conn.execute("SELECT pg_notify(%s, 'mail')", [pgjobs_settings.CHANNEL])
-    assert wakeup.wait(5, ["mail", "default"], own) is True
+    assert wakeup.wait(5, ["mail", "default"], (own,)) is True
     with other_connection() as conn:
         conn.execute("SELECT pg_notify(%s, 'reports')", [pgjobs_settings.CHANNEL])
     started = time.monotonic()
-    assert wakeup.wait(0.5, ["mail"], own) is False  # not one of its queues
+    assert wakeup.wait(0.5, ["mail"], (own,)) is False  # not one of its queues
     assert time.monotonic() - started < 5
 
 
-def test_s23_a_notification_its_own_connection_sent_wakes_nothing(wakeup: Wakeup) -> None:
+def test_s23_a_notification_one_of_its_own_connections_sent_wakes_nothing(
+    wakeup: Wakeup,
+) -> None:
     own = db.backend_pid("default")
     assert own is not None
+    # The loop's connection, or the recorder's (another process id, listed beside it).
     notify_from_this_connection("mail")
-    assert wakeup.wait(0.5, ["mail"], own) is False
-    # The same notification, when the connection is not the loop's, wakes it.
+    assert wakeup.wait(0.5, ["mail"], (None, own)) is False
     notify_from_this_connection("mail")
-    assert wakeup.wait(5, ["mail"], None) is True
+    assert wakeup.wait(0.5, ["mail"], (own, None)) is False
+    # The same notification, when the connection is none of the worker's, wakes it.
+    notify_from_this_connection("mail")
+    assert wakeup.wait(5, ["mail"], (own + 1, None)) is True
 
 
 def test_s32_a_cancellation_is_heard_whoever_sent_it(wakeup: Wakeup) -> None:
@@ -73,7 +78,7 @@ def test_s32_a_cancellation_is_heard_whoever_sent_it(wakeup: Wakeup) -> None:
     deadline = time.monotonic() + 5
     heard: list[tuple[int, uuid.UUID]] = []
     while len(heard) < 2 and time.monotonic() < deadline:
-        assert wakeup.wait(0.2, ["mail"], own) is False  # a cancellation wakes no claim
+        assert wakeup.wait(0.2, ["mail"], (own,)) is False  # a cancellation wakes no claim
         heard += wakeup.take_cancels()
     assert sorted(heard) == [(5, token), (6, token)]
 

@@ -1,0 +1,227 @@
+"""The recorder: the completer on a thread and a connection of its own, so that the
+writes of a worker's outcomes and its claims overlap (issue 28).
+
+The loop hands each finished run's outcome over (`take`), asks for them to be written
+once it has gathered a batch (`kick`), and goes on claiming and handing out jobs while
+the recorder's thread writes them, many at a time (Completer). The recorder backs off an
+outage on its own streak of failures and tries the outcomes set aside (S39) again when
+they are due. What it does to the loop's state it posts back, for the loop to apply on
+its own thread (`apply`): the claims to keep heartbeating while an outcome waits for its
+row, the claims to let go once it is written, and that something was written (a freed
+child, a promoted trigger, an immediate retry: the loop looks again).
+
+Nothing here changes what a write says or when a job counts as done: that is when its
+ack commits (S12), whichever thread waits for the commit. An outcome not yet written is
+in memory only, as before; its claim comes back when its lease lapses (S26).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django_pgjobs.claims import JobHandle, Outcome
+from django_pgjobs.db import connection as db
+from django_pgjobs.managers import JobManager
+from django_pgjobs.worker.completer import Completer
+from django_pgjobs.worker.faults import Faults
+from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
+
+logger = logging.getLogger("django_pgjobs.worker")
+
+
+@dataclass
+class _Handover:
+    """What the loop and the recorder's thread share, read and written under the
+    recorder's condition only."""
+
+    #: Outcomes handed over, each with whether its handler was abandoned (S33).
+    inbox: list[tuple[Outcome, bool]] = field(default_factory=list)
+    #: The loop asked for the inbox to be written.
+    kicked: bool = False
+    #: Claims the loop is to keep (True) or let go of (False).
+    posted: list[tuple[JobHandle, bool]] = field(default_factory=list)
+    #: Something was written since the loop last looked.
+    wrote: bool = False
+    #: A pass is under way; and what it left unwritten (set aside, or an outage).
+    writing: bool = False
+    left: bool = False
+    #: Last passes (everything, now) asked for by the loop, and done.
+    last_asked: int = 0
+    last_done: int = 0
+    stop: bool = False
+
+
+class Recorder:
+    """Writes the outcomes the loop hands over, on a thread of its own (S12-S17, S27)."""
+
+    def __init__(
+        self,
+        jobs: JobManager,
+        stats: WorkerStats,
+        counts: MinuteCounts,
+        *,
+        using: str,
+        wake: Callable[[], None],
+    ) -> None:
+        self.using = using
+        #: The per-minute counts: counted as outcomes are taken, on the loop's thread.
+        self.counts = counts
+        #: The recorder's own streak of failures: an outage it meets is backed off here,
+        #: whatever the loop's claims meet meanwhile.
+        self.faults = Faults(using)
+        self._wake = wake
+        self._changed = threading.Condition()
+        self._shared = _Handover()
+        #: The recorder thread's alone.
+        self.completer = Completer(
+            jobs,
+            stats,
+            self.faults,
+            keep=lambda handle: self._post(handle, keep=True),
+            let_go=lambda handle: self._post(handle, keep=False),
+        )
+        #: The server process of the recorder's connection (None: not connected yet):
+        #: the notifications its writes send wake nothing (Wakeup.wait).
+        self.backend_pid: int | None = None
+        self._thread: threading.Thread | None = None
+
+    # The loop's side ------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="pgjobs-recorder", daemon=True)
+        self._thread.start()
+
+    def take(self, outcome: Outcome, *, timed_out: bool = False) -> None:
+        """Hand over a finished run's outcome (`timed_out`: of a handler the worker
+        abandoned at its timeout, S33), to be written at the next `kick`."""
+        self.counts.count(outcome)
+        with self._changed:
+            self._shared.inbox.append((outcome, timed_out))
+
+    def kick(self) -> None:
+        """Write what was handed over, now."""
+        with self._changed:
+            if self._shared.inbox:
+                self._shared.kicked = True
+                self._changed.notify_all()
+
+    def apply(self, keep: Callable[[JobHandle], None], let_go: Callable[[JobHandle], None]) -> bool:
+        """Apply what the recorder posted (on the loop's thread): `keep` the claims whose
+        outcome waits for its row, `let_go` those since written; True when something
+        was written since the last call (look again)."""
+        shared = self._shared
+        with self._changed:
+            posted, shared.posted = shared.posted, []
+            wrote, shared.wrote = shared.wrote, False
+        for handle, kept in posted:
+            (keep if kept else let_go)(handle)
+        return wrote
+
+    @property
+    def unflushed(self) -> bool:
+        """Whether outcomes wait to be written (set aside ones included), or what was
+        written is still to be applied by the loop."""
+        shared = self._shared
+        with self._changed:
+            return bool(
+                shared.inbox or shared.writing or shared.left or shared.posted or shared.wrote
+            )
+
+    def finish(self) -> None:
+        """Write everything handed over, the outcomes set aside included, now, and wait
+        for it (at the end of a stop's grace)."""
+        shared = self._shared
+        with self._changed:
+            shared.last_asked += 1
+            asked = shared.last_asked
+            self._changed.notify_all()
+            while shared.last_done < asked and self._alive():
+                self._changed.wait(1.0)
+
+    def stop(self) -> None:
+        """End the recorder's thread (once the loop is done with it)."""
+        with self._changed:
+            self._shared.stop = True
+            self._changed.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # The recorder's thread -----------------------------------------------------------
+
+    def _post(self, handle: JobHandle, *, keep: bool) -> None:
+        with self._changed:
+            self._shared.posted.append((handle, keep))
+
+    def _run(self) -> None:
+        shared = self._shared
+        try:
+            while True:
+                with self._changed:
+                    while not shared.stop and not self._due(time.monotonic()):
+                        self._changed.wait(self._sleep(time.monotonic()))
+                    if shared.stop:
+                        return
+                    taken, shared.inbox, shared.kicked = shared.inbox, [], False
+                    last = shared.last_asked
+                    everything = last > shared.last_done
+                    shared.writing = True
+                wrote = False
+                try:
+                    for outcome, timed_out in taken:
+                        if timed_out:
+                            self.completer.timed_out(outcome)
+                        else:
+                            self.completer.take(outcome)
+                    wrote = self._write(last=everything)
+                except Exception:  # never the recorder's end: the loop waits on it
+                    logger.exception("recording outcomes failed")
+                finally:
+                    with self._changed:
+                        shared.writing = False
+                        shared.left = self.completer.unflushed
+                        shared.wrote = shared.wrote or wrote
+                        shared.last_done = last
+                        self._changed.notify_all()
+                self._wake()
+        finally:
+            db.close_all()
+
+    def _due(self, now: float) -> bool:
+        """Whether a pass has something to do now (the recorder's thread, locked)."""
+        shared = self._shared
+        if shared.last_asked > shared.last_done:
+            return True
+        if self.faults.waiting(now):
+            return False
+        return (shared.kicked and bool(shared.inbox)) or self.completer.flush_due(now)
+
+    def _sleep(self, now: float) -> float | None:
+        """How long to wait for a kick before looking again (None: until one comes):
+        until the outage's backoff ends, or the outcomes set aside are due."""
+        moments = []
+        if self.completer.unflushed and self.faults.waiting(now):
+            moments.append(self.faults.retry_at)
+        if self.completer.aside.retry_at is not None:
+            moments.append(self.completer.aside.retry_at)
+        return max(0.0, min(moments) - now) if moments else None
+
+    def _write(self, *, last: bool) -> bool:
+        """One pass of writes (`last`: the set aside ones too, due or not, outage or
+        not); True when something may have been written."""
+        now = time.monotonic()
+        if not last and (self.faults.waiting(now) or not self.completer.flush_due(now)):
+            return False
+        try:
+            self.completer.jobs.tune_worker_connection(using=self.using)
+            self.backend_pid = db.backend_pid(self.using)
+            self.completer.flush(last=last)
+        except Exception as error:
+            self.faults.failed("record outcomes", error)
+        return True
