@@ -93,6 +93,7 @@ class RunControl:
         "_hooks",
         "_lock",
         "_report",
+        "_woken",
         "abandoned",
         "backend",
         "carrier",
@@ -101,7 +102,10 @@ class RunControl:
     )
 
     def __init__(self) -> None:
-        self._cancelled = threading.Event()
+        self._cancelled = False
+        #: Made by the first `wait` only: most runs never sleep on their control, and a
+        #: claim makes one control per job (an Event is a Condition and a Lock more).
+        self._woken: threading.Event | None = None
         self._lock = threading.Lock()
         self._hooks: list[Callable[[], None]] = []
         self._report: str | None = None
@@ -124,15 +128,17 @@ class RunControl:
 
     @property
     def cancelled(self) -> bool:
-        return self._cancelled.is_set()
+        return self._cancelled
 
     def cancel(self, reason: str) -> bool:
         """Tell the handler to stop; False if it was told already."""
         with self._lock:
-            if self._cancelled.is_set():
+            if self._cancelled:
                 return False
             self.reason = reason
-            self._cancelled.set()
+            self._cancelled = True
+            if self._woken is not None:
+                self._woken.set()
             hooks, self._hooks = self._hooks, []
         for hook in hooks:
             try:
@@ -152,14 +158,20 @@ class RunControl:
     def on_cancel(self, hook: Callable[[], None]) -> None:
         """Call `hook` when the run is cancelled (at once, if it is already)."""
         with self._lock:
-            if not self._cancelled.is_set():
+            if not self._cancelled:
                 self._hooks.append(hook)
                 return
         hook()
 
     def wait(self, timeout: float | None) -> bool:
         """Sleep up to `timeout` seconds or until cancelled; True when cancelled."""
-        return self._cancelled.wait(timeout)
+        with self._lock:
+            if self._cancelled:
+                return True
+            if self._woken is None:
+                self._woken = threading.Event()
+            woken = self._woken
+        return woken.wait(timeout)
 
     def report(self, progress: str) -> bool:
         """Keep `progress` for the worker to store; False when no worker carries it."""
