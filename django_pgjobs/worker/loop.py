@@ -484,12 +484,7 @@ class Worker:
     def _collect(self) -> None:
         """Apply what the recorder did since the last look, and hand it the finished runs
         of the handler threads."""
-        if self.recorder.apply(self.leases.keep, self.leases.drop):
-            # A write may have freed a workflow's child, promoted a key's trigger or
-            # scheduled an immediate retry: the next claim looks, whatever it left
-            # unwritten (what it wrote is committed). The NOTIFY those statements send
-            # wakes other workers, not this one (Wakeup.wait).
-            self.pacing.look_again()
+        self._apply_writes()
         finished = self.pool.take_finished()
         for outcome in finished:
             self.leases.drop(outcome.handle)
@@ -511,7 +506,20 @@ class Worker:
         self.stats.in_flight = len(self.leases)
 
     def _flush(self) -> None:
-        self.recorder.kick()
+        if self.pacing.maybe_more:
+            self.recorder.kick()  # written beside the claims that follow
+        elif self.recorder.write_soon():
+            # The queues ran dry: the next claim is for what these writes free (a
+            # workflow's child), looked for as soon as they are written.
+            self._apply_writes()
+
+    def _apply_writes(self) -> None:
+        if self.recorder.apply(self.leases.keep, self.leases.drop):
+            # A write may have freed a workflow's child, promoted a key's trigger or
+            # scheduled an immediate retry: the next claim looks, whatever it left
+            # unwritten (what it wrote is committed). The NOTIFY those statements send
+            # wakes other workers, not this one (Wakeup.wait).
+            self.pacing.look_again()
 
     def _last_flush(self) -> None:
         self.recorder.finish()

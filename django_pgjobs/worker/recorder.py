@@ -32,6 +32,10 @@ from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
 
 logger = logging.getLogger("django_pgjobs.worker")
 
+#: How long a loop whose queues ran dry waits for the outcomes it just handed over to be
+#: written before it goes on (write_soon): its next claim is likely for a job they free.
+WRITE_WAIT_S = 0.05
+
 
 @dataclass
 class _Handover:
@@ -52,6 +56,8 @@ class _Handover:
     #: Last passes (everything, now) asked for by the loop, and done.
     last_asked: int = 0
     last_done: int = 0
+    #: Passes the recorder's thread ended.
+    passes: int = 0
     stop: bool = False
 
 
@@ -103,11 +109,36 @@ class Recorder:
             self._shared.inbox.append((outcome, timed_out))
 
     def kick(self) -> None:
-        """Write what was handed over, now."""
+        """Write what was handed over, now, on the recorder's thread."""
         with self._changed:
             if self._shared.inbox:
                 self._shared.kicked = True
                 self._changed.notify_all()
+
+    def write_soon(self, wait: float = WRITE_WAIT_S) -> bool:
+        """Kick, and wait up to `wait` seconds for the pass that writes what was handed
+        over; True when it ended in time (then `apply` what it did before claiming).
+
+        For a loop whose queues ran dry: its next claim is for what these writes free (a
+        workflow's child, a promoted trigger), and its own iteration and wake-up would
+        add to the time between a parent's ack and its child's start. A write that
+        waits for a row a transaction holds (S39) holds the loop up `wait` at most.
+        """
+        shared = self._shared
+        deadline = time.monotonic() + wait
+        with self._changed:
+            if not shared.inbox:
+                return False
+            shared.kicked = True
+            self._changed.notify_all()
+            # A pass under way took what came before: the next one takes these.
+            target = shared.passes + (2 if shared.writing else 1)
+            while shared.passes < target:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._alive():
+                    return False
+                self._changed.wait(left)
+            return True
 
     def apply(self, keep: Callable[[JobHandle], None], let_go: Callable[[JobHandle], None]) -> bool:
         """Apply what the recorder posted (on the loop's thread): `keep` the claims whose
@@ -169,29 +200,37 @@ class Recorder:
                     if shared.stop:
                         return
                     taken, shared.inbox, shared.kicked = shared.inbox, [], False
-                    last = shared.last_asked
-                    everything = last > shared.last_done
+                    last = shared.last_asked if shared.last_asked > shared.last_done else None
                     shared.writing = True
-                wrote = False
-                try:
-                    for outcome, timed_out in taken:
-                        if timed_out:
-                            self.completer.timed_out(outcome)
-                        else:
-                            self.completer.take(outcome)
-                    wrote = self._write(last=everything)
-                except Exception:  # never the recorder's end: the loop waits on it
-                    logger.exception("recording outcomes failed")
-                finally:
-                    with self._changed:
-                        shared.writing = False
-                        shared.left = self.completer.unflushed
-                        shared.wrote = shared.wrote or wrote
-                        shared.last_done = last
-                        self._changed.notify_all()
+                self._pass(taken, last=last)
                 self._wake()
         finally:
             db.close_all()
+
+    def _pass(self, taken: list[tuple[Outcome, bool]], *, last: int | None = None) -> None:
+        """Write `taken` and what is left from before (`last`: the number of the last
+        pass asked for, which writes the set aside ones too), having set `writing` and
+        taken `taken` under the condition."""
+        shared = self._shared
+        wrote = False
+        try:
+            for outcome, timed_out in taken:
+                if timed_out:
+                    self.completer.timed_out(outcome)
+                else:
+                    self.completer.take(outcome)
+            wrote = self._write(last=last is not None)
+        except Exception:  # never the recorder's end: the loop waits on it
+            logger.exception("recording outcomes failed")
+        finally:
+            with self._changed:
+                shared.writing = False
+                shared.left = self.completer.unflushed
+                shared.wrote = shared.wrote or wrote
+                if last is not None:
+                    shared.last_done = last
+                shared.passes += 1
+                self._changed.notify_all()
 
     def _due(self, now: float) -> bool:
         """Whether a pass has something to do now (the recorder's thread, locked)."""
