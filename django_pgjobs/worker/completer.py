@@ -105,8 +105,12 @@ class Completer:
     def flush(self, *, last: bool = False) -> bool:
         """Record every buffered outcome; False when an outage left some buffered. The
         outcomes set aside are tried again, each alone, once due (`last`: now, at a stop)."""
-        for record, entry in self.aside.take_due(time.monotonic(), force=last):
+        due = self.aside.take_due(time.monotonic(), force=last)
+        for tried, (record, entry) in enumerate(due):
             if not self._record_one_by_one([entry], record):
+                # An outage: this one and those not tried yet stay set aside, their
+                # claims kept, for the try after the outage.
+                self.aside.put_back(due[tried:])
                 return False
         if not self._buffered:
             return True
@@ -308,6 +312,13 @@ class SetAside:
         taken, self._held = self._held, []
         self.retry_at = None
         return taken
+
+    def put_back(self, entries: list[tuple[Callable[[list[Any]], None], Any]]) -> None:
+        """Set aside again outcomes taken to be tried (an outage stopped the try): due
+        at once once the outage is over, their claims still kept."""
+        self._held = entries + self._held
+        now = time.monotonic()
+        self.retry_at = now if self.retry_at is None else min(self.retry_at, now)
 
     def recorded(self, handles: list[JobHandle]) -> None:
         """These outcomes are recorded: their claims are no longer kept."""

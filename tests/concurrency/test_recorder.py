@@ -1,0 +1,77 @@
+"""The writes of a worker's outcomes where they meet faults: a row a request holds (S39)
+and an outage at the try after it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from django.db import connections, transaction
+
+from django_pgjobs.claims import JobHandle, Outcome, Verdict
+from django_pgjobs.db import connection as db
+from django_pgjobs.models import Job
+from django_pgjobs.worker.completer import Completer
+from django_pgjobs.worker.faults import Faults
+from django_pgjobs.worker.stats import WorkerStats
+from tests.helpers import count, execute, other_connection
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@contextmanager
+def row_held(job_id: int) -> Iterator[None]:
+    """A request's transaction holding the job's row until the block ends."""
+    locked, release = threading.Event(), threading.Event()
+
+    def request() -> None:
+        try:
+            with transaction.atomic():
+                execute("SELECT 1 FROM pgjobs_job WHERE id = %s FOR UPDATE", [job_id])
+                locked.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=request, daemon=True)
+    thread.start()
+    assert locked.wait(5)
+    try:
+        yield
+    finally:
+        release.set()
+        thread.join(10)
+
+
+def test_s39_an_outcome_set_aside_outlives_an_outage_at_its_next_try() -> None:
+    """An ack waits for a row a request holds and is set aside, its claim kept. The
+    request ends, but the server drops the connection just before the next try: the
+    ack stays set aside, its claim still kept, and is recorded at the try after."""
+    job_id = Job.objects.enqueue("tests.record", {"label": "held"}).id
+    (handle,) = Job.objects.claim_batch("default", 1, "w-recorder")
+    kept: list[JobHandle] = []
+    let_go: list[JobHandle] = []
+    completer = Completer(
+        Job.objects, WorkerStats(), Faults("default"), keep=kept.append, let_go=let_go.append
+    )
+    execute("SET lock_timeout = '200ms'")  # a worker's bounded lock wait, shorter
+    with row_held(job_id):
+        completer.take(Outcome(handle, Verdict.ACK, 0.0))
+        assert completer.flush()
+    assert kept == [handle] and let_go == []
+    assert completer.unflushed
+
+    pid = db.backend_pid("default")
+    with other_connection() as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", [pid])
+    assert not completer.flush(last=True)  # the outage, at the try
+    assert completer.unflushed
+    assert let_go == []
+    assert count("pgjobs_job", "id = %s AND state = 'running'", [job_id]) == 1
+
+    assert completer.flush(last=True)  # reconnected
+    assert not completer.unflushed
+    assert let_go == [handle]
+    assert count("pgjobs_job", "id = %s", [job_id]) == 0
