@@ -1,6 +1,7 @@
 """The worker (`manage.py runjobs`): one loop, a pool of handler threads, and the pieces
 they share. `loop` (claim, hand out, wait) over `pacing` (when and how many),
-`pool` (the threads, each with an `executor`), `completer` (outcomes recorded in
+`pool` (the threads, each with an `executor`), `recorder` (a thread and a connection
+that write the outcomes while the loop claims) over `completer` (outcomes recorded in
 batches, set aside while a row is held), `leases` (heartbeats, hand-back), `timeouts`
 (handlers past their timeout, abandoned threads bounded), `faults` (what is an outage),
 `wakeup` (LISTEN and the pipe), `services` (sweeper and scheduler), `stats`, and

@@ -74,6 +74,12 @@ class Completer:
         return self._buffered or self.aside.holds
 
     @property
+    def buffered(self) -> int:
+        """How many outcomes wait to be recorded (set aside ones included)."""
+        lists = (self._acks, self._retries, self._fails, self._cancels, self._timeouts)
+        return sum(len(buffer) for buffer in lists) + self.aside.count
+
+    @property
     def _buffered(self) -> bool:
         return bool(self._acks or self._retries or self._fails or self._cancels or self._timeouts)
 
@@ -284,6 +290,10 @@ class SetAside:
     @property
     def holds(self) -> bool:
         return bool(self._held)
+
+    @property
+    def count(self) -> int:
+        return len(self._held)
 
     def due(self, now: float) -> bool:
         return self.retry_at is not None and now >= self.retry_at

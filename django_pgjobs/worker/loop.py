@@ -287,10 +287,7 @@ class Worker:
             self._loop()
         finally:
             self.recorder.stop()
-            self._contained(
-                "record the per-minute counts",
-                lambda: self.recorder.counts.write(time.monotonic(), final=True),
-            )
+            self.recorder.counts.write(time.monotonic(), final=True)
             services_stop.set()
             for service in self.services:
                 service.stopped()
@@ -367,7 +364,7 @@ class Worker:
                 self._wait(gather)
                 continue
             self._contained("collect outcomes", self._collect)
-            self._contained("record outcomes", self._flush)
+            self._contained("record outcomes", self._write_outcomes)
             if stopping.requested.is_set():
                 self._contained("hand back waiting jobs", self._release_waiting)
                 if not stopping.announced:  # after the waiting ones went back: the running
@@ -381,7 +378,7 @@ class Worker:
                     return
                 if stopping.deadline is not None and now >= stopping.deadline:
                     # A last try of the outcomes whose rows were held (S39), then the rest.
-                    self._contained("record outcomes", self._last_flush)
+                    self._contained("record outcomes", self.recorder.finish)
                     self._contained("hand back running jobs", self._release_running)
                     return
             elif self._exhausted():
@@ -415,7 +412,8 @@ class Worker:
     def _free_slots(self) -> int:
         if self.timeouts.held_back():
             return 0
-        return self._claimable(self.pacing.slots(len(self.leases) - self.leases.on_loop))
+        behind = self.recorder.behind(self.options.concurrency + self.options.prefetch)
+        return self._claimable(self.pacing.slots(len(self.leases) - self.leases.on_loop + behind))
 
     def _free_places(self) -> int:
         """The event loop's free places for async jobs (0 when it runs none here)."""
@@ -505,9 +503,13 @@ class Worker:
             self.pacing.look_again()
         self.stats.in_flight = len(self.leases)
 
-    def _flush(self) -> None:
-        if self.pacing.maybe_more:
-            self.recorder.kick()  # written beside the claims that follow
+    def _write_outcomes(self) -> None:
+        if not self.recorder.alive and not self.stopping.requested.is_set():
+            logger.critical("the recorder's thread ended: stopping, outcomes unwritten")
+            self.stop()
+        claims_next = not (self.pacing.quiet or self.stopping.requested.is_set())
+        if self.pacing.maybe_more or not claims_next:
+            self.recorder.kick()  # written beside whatever the loop does next
         elif self.recorder.write_soon():
             # The queues ran dry: the next claim is for what these writes free (a
             # workflow's child), looked for as soon as they are written.
@@ -520,9 +522,6 @@ class Worker:
             # unwritten (what it wrote is committed). The NOTIFY those statements send
             # wakes other workers, not this one (Wakeup.wait).
             self.pacing.look_again()
-
-    def _last_flush(self) -> None:
-        self.recorder.finish()
 
     def _release_waiting(self) -> None:
         """At a stop request, hand back the prefetched jobs no thread has started (S25):

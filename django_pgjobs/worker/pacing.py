@@ -1,8 +1,8 @@
 """When a worker claims, and how many: the poll and the next scheduled job, and prefetch.
 
 While jobs are short, the worker claims some ahead of its free threads (prefetch), so
-that the threads find the next job waiting while the loop records and claims: the
-database statements then cost the threads nothing. It claims only as many as the threads
+that the threads find the next job waiting while the loop claims: the database
+statements then cost the threads nothing. It claims only as many as the threads
 start within PREFETCH_WAIT_S at the recent run time, so slow jobs are never held back
 from other workers.
 """

@@ -35,6 +35,11 @@ logger = logging.getLogger("django_pgjobs.worker")
 #: How long a loop whose queues ran dry waits for the outcomes it just handed over to be
 #: written before it goes on (write_soon): its next claim is likely for a job they free.
 WRITE_WAIT_S = 0.05
+#: How many claims' worth of outcomes (concurrency + prefetch each) may wait to be
+#: written before the loop counts the rest as claims it holds (Recorder.behind).
+BATCHES_BEHIND = 4
+#: How long a stopping worker waits for the recorder's thread to end.
+STOP_WAIT_S = 10.0
 
 
 @dataclass
@@ -53,6 +58,9 @@ class _Handover:
     #: A pass is under way; and what it left unwritten (set aside, or an outage).
     writing: bool = False
     left: bool = False
+    #: Outcomes taken by the pass under way, and left by the last one.
+    in_pass: int = 0
+    left_count: int = 0
     #: Last passes (everything, now) asked for by the loop, and done.
     last_asked: int = 0
     last_done: int = 0
@@ -98,15 +106,36 @@ class Recorder:
     # The loop's side ------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start the recorder's thread (it connects at its first write)."""
         self._thread = threading.Thread(target=self._run, name="pgjobs-recorder", daemon=True)
         self._thread.start()
 
-    def take(self, outcome: Outcome, *, timed_out: bool = False) -> None:
-        """Hand over a finished run's outcome (`timed_out`: of a handler the worker
-        abandoned at its timeout, S33), to be written at the next `kick`."""
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def take(self, outcome: Outcome) -> None:
+        """Hand over a finished run's outcome, to be written at the next `kick`."""
+        self._hand_over(outcome, timed_out=False)
+
+    def timed_out(self, outcome: Outcome) -> None:
+        """Hand over the attempt of a handler the worker abandoned at its timeout (S33)."""
+        self._hand_over(outcome, timed_out=True)
+
+    def _hand_over(self, outcome: Outcome, *, timed_out: bool) -> None:
         self.counts.count(outcome)
         with self._changed:
             self._shared.inbox.append((outcome, timed_out))
+
+    def behind(self, batch: int) -> int:
+        """How many outcomes wait to be written beyond BATCHES_BEHIND claims of `batch`:
+        the loop counts them as claims it still holds, so that a recorder slower than
+        the claims (a slow write, an outage) slows the claims down rather than letting
+        outcomes pile up unwritten, their claims no longer heartbeaten."""
+        shared = self._shared
+        with self._changed:
+            waiting = len(shared.inbox) + shared.in_pass + shared.left_count
+        return max(0, waiting - BATCHES_BEHIND * batch)
 
     def kick(self) -> None:
         """Write what was handed over, now, on the recorder's thread."""
@@ -131,11 +160,13 @@ class Recorder:
                 return False
             shared.kicked = True
             self._changed.notify_all()
+            if self.faults.waiting(time.monotonic()):
+                return False  # backing off an outage: no pass comes before it ends
             # A pass under way took what came before: the next one takes these.
             target = shared.passes + (2 if shared.writing else 1)
             while shared.passes < target:
                 left = deadline - time.monotonic()
-                if left <= 0 or not self._alive():
+                if left <= 0 or not self.alive:
                     return False
                 self._changed.wait(left)
             return True
@@ -170,7 +201,7 @@ class Recorder:
             shared.last_asked += 1
             asked = shared.last_asked
             self._changed.notify_all()
-            while shared.last_done < asked and self._alive():
+            while shared.last_done < asked and self.alive:
                 self._changed.wait(1.0)
 
     def stop(self) -> None:
@@ -179,10 +210,13 @@ class Recorder:
             self._shared.stop = True
             self._changed.notify_all()
         if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def _alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+            self._thread.join(timeout=STOP_WAIT_S)
+            if self._thread.is_alive():
+                logger.error(
+                    "the recorder's thread did not end within %gs (a write still waits "
+                    "for the database?); its claims come back when their leases lapse",
+                    STOP_WAIT_S,
+                )
 
     # The recorder's thread -----------------------------------------------------------
 
@@ -191,21 +225,37 @@ class Recorder:
             self._shared.posted.append((handle, keep))
 
     def _run(self) -> None:
-        shared = self._shared
         try:
-            while True:
-                with self._changed:
-                    while not shared.stop and not self._due(time.monotonic()):
-                        self._changed.wait(self._sleep(time.monotonic()))
-                    if shared.stop:
-                        return
-                    taken, shared.inbox, shared.kicked = shared.inbox, [], False
-                    last = shared.last_asked if shared.last_asked > shared.last_done else None
-                    shared.writing = True
-                self._pass(taken, last=last)
-                self._wake()
+            while self._turn():
+                pass
         finally:
             db.close_all()
+
+    def _turn(self) -> bool:
+        """Wait for something to write, write it; False once the recorder is to stop.
+        Whatever a turn raises is logged, and the next turn comes: the loop counts on
+        this thread for every outcome."""
+        shared = self._shared
+        try:
+            with self._changed:
+                while not shared.stop and not self._due(time.monotonic()):
+                    self._changed.wait(self._sleep(time.monotonic()))
+                if shared.stop:
+                    if shared.inbox or shared.left:
+                        logger.warning(
+                            "the recorder stops with outcomes unwritten: their claims come "
+                            "back when their leases lapse"
+                        )
+                    return False
+                taken, shared.inbox, shared.kicked = shared.inbox, [], False
+                last = shared.last_asked if shared.last_asked > shared.last_done else None
+                shared.writing, shared.in_pass = True, len(taken)
+            self._pass(taken, last=last)
+            self._wake()
+        except Exception:
+            logger.exception("the recorder failed a turn; trying again in a second")
+            time.sleep(1.0)
+        return True
 
     def _pass(self, taken: list[tuple[Outcome, bool]], *, last: int | None = None) -> None:
         """Write `taken` and what is left from before (`last`: the number of the last
@@ -224,8 +274,9 @@ class Recorder:
             logger.exception("recording outcomes failed")
         finally:
             with self._changed:
-                shared.writing = False
+                shared.writing, shared.in_pass = False, 0
                 shared.left = self.completer.unflushed
+                shared.left_count = self.completer.buffered
                 shared.wrote = shared.wrote or wrote
                 if last is not None:
                     shared.last_done = last
@@ -243,13 +294,13 @@ class Recorder:
 
     def _sleep(self, now: float) -> float | None:
         """How long to wait for a kick before looking again (None: until one comes):
-        until the outage's backoff ends, or the outcomes set aside are due."""
-        moments = []
-        if self.completer.unflushed and self.faults.waiting(now):
-            moments.append(self.faults.retry_at)
-        if self.completer.aside.retry_at is not None:
-            moments.append(self.completer.aside.retry_at)
-        return max(0.0, min(moments) - now) if moments else None
+        while an outage is backed off, until it ends if anything waits to be written;
+        else until the outcomes set aside are due."""
+        if self.faults.waiting(now):
+            waits = self.completer.unflushed or bool(self._shared.inbox)
+            return self.faults.retry_at - now if waits else None
+        retry_at = self.completer.aside.retry_at
+        return None if retry_at is None else max(0.0, retry_at - now)
 
     def _write(self, *, last: bool) -> bool:
         """One pass of writes (`last`: the set aside ones too, due or not, outage or
@@ -263,4 +314,6 @@ class Recorder:
             self.completer.flush(last=last)
         except Exception as error:
             self.faults.failed("record outcomes", error)
+        # After the flush too: it may have connected (PREPARE off) or lost its connection.
+        self.backend_pid = db.backend_pid(self.using)
         return True

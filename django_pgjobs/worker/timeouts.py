@@ -82,7 +82,8 @@ class Timeouts:
                 # any retry is (waiting a moment for the lock to go).
                 self.recorder.take(outcome)
             else:
-                self.recorder.take(outcome, timed_out=True)
+                self.recorder.timed_out(outcome)
+            self.recorder.kick()  # the loop's turn to hand outcomes over went by
         self.stats.in_flight = len(self.leases)
 
     def _cut(self, running: Running, now: float) -> bool:

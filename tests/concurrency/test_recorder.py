@@ -1,5 +1,6 @@
-"""The writes of a worker's outcomes where they meet faults: a row a request holds (S39)
-and an outage at the try after it."""
+"""The writes of a worker's outcomes (its recorder) where they meet faults: a row a
+request holds (S39) and an outage at the try after it; a recorder slower than the
+claims."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from django_pgjobs.db import connection as db
 from django_pgjobs.models import Job
 from django_pgjobs.worker.completer import Completer
 from django_pgjobs.worker.faults import Faults
-from django_pgjobs.worker.stats import WorkerStats
+from django_pgjobs.worker.recorder import BATCHES_BEHIND, Recorder
+from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
 from tests.helpers import count, execute, other_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -75,3 +77,28 @@ def test_s39_an_outcome_set_aside_outlives_an_outage_at_its_next_try() -> None:
     assert not completer.unflushed
     assert let_go == [handle]
     assert count("pgjobs_job", "id = %s", [job_id]) == 0
+
+
+def test_outcomes_waiting_to_be_written_past_a_few_claims_count_as_claims_held() -> None:
+    """A recorder slower than the claims slows them down: outcomes handed over past
+    BATCHES_BEHIND claims' worth are counted by the loop as claims it holds, until
+    written."""
+    Job.objects.enqueue_many([{"kind": "tests.record"}] * 6)
+    handles = Job.objects.claim_batch("default", 6, "w-recorder")
+    recorder = Recorder(
+        Job.objects, WorkerStats(), MinuteCounts("default"), using="default", wake=lambda: None
+    )
+    batch = 1  # concurrency 1, no prefetch
+    for handle in handles:
+        recorder.take(Outcome(handle, Verdict.ACK, 0.0))
+    assert recorder.behind(batch) == 6 - BATCHES_BEHIND * batch
+    recorder.start()
+    try:
+        assert recorder.write_soon(wait=10)
+        assert recorder.behind(batch) == 0
+        assert recorder.unflushed  # written, not yet applied by the loop
+        assert recorder.apply(lambda handle: None, lambda handle: None)  # look again
+        assert not recorder.unflushed
+    finally:
+        recorder.stop()
+    assert count("pgjobs_job") == 0
