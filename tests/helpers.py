@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import psycopg
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 
 T = TypeVar("T")
 
@@ -195,3 +195,33 @@ def running_worker(**options: Any) -> Iterator[Any]:
         worker.stop()
         thread.join(15)
         assert not thread.is_alive()
+
+
+@contextmanager
+def row_held(job_id: int) -> Iterator[None]:
+    """A request's transaction, on a thread of its own, holding the job's row `FOR
+    UPDATE` until the block ends; what the request raised is raised after it."""
+    locked, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def request() -> None:
+        try:
+            with transaction.atomic():
+                execute("SELECT 1 FROM pgjobs_job WHERE id = %s FOR UPDATE", [job_id])
+                locked.set()
+                release.wait(10)
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=request, daemon=True)
+    thread.start()
+    assert locked.wait(5), errors
+    try:
+        yield
+    finally:
+        release.set()
+        thread.join(10)
+    if errors:
+        raise errors[0]

@@ -10,7 +10,7 @@ import pytest
 from django.db import connections, transaction
 
 from django_pgjobs.models import Job
-from tests.helpers import count, execute, running_worker, scalar, wait_until
+from tests.helpers import count, execute, row_held, running_worker, scalar, wait_until
 from tests.jobs import LOCK_WAITS
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -77,37 +77,18 @@ def test_s39_an_ack_waiting_for_a_row_a_request_holds_holds_up_no_claim(listen: 
     own (the recorder's), not in the loop that claims. The held job is acked once the
     request ends."""
     held = Job.objects.enqueue("tests.record", {"label": "held", "sleep": 0.3}).id
-    locked, release = threading.Event(), threading.Event()
-    errors: list[BaseException] = []
-
-    def request() -> None:
-        try:
-            with transaction.atomic():
-                execute("SELECT 1 FROM pgjobs_job WHERE id = %s FOR UPDATE", [held])
-                locked.set()
-                release.wait(10)
-        except BaseException as error:
-            errors.append(error)
-        finally:
-            connections.close_all()
-
     with running_worker(concurrency=2, listen=listen, poll_interval=0.05):
         wait_until(lambda: state_of(held) == "running")
-        app = threading.Thread(target=request, daemon=True)
-        app.start()
-        assert locked.wait(5)
-        wait_until(lambda: scalar(LOCK_WAITS) == 1, timeout=5, interval=0.005)
-        # Jobs enqueued over the first 400 ms of the wait: a loop that waited for the ack
-        # itself would start them all after the wait (the next try comes 500 ms later).
-        for _ in range(PROBES):
-            Job.objects.enqueue("tests.note_lock_waits")
-            time.sleep(0.1)
-        wait_until(lambda: count("tests_note", "text LIKE 'lock waits %'") == PROBES, timeout=5)
-        assert state_of(held) == "running"
-        release.set()
-        app.join(10)
+        with row_held(held):
+            wait_until(lambda: scalar(LOCK_WAITS) == 1, timeout=5, interval=0.005)
+            # Jobs enqueued over the first 400 ms of the wait: a loop that waited for the
+            # ack itself would start them all after it (the next try comes 500 ms later).
+            for _ in range(PROBES):
+                Job.objects.enqueue("tests.note_lock_waits")
+                time.sleep(0.1)
+            wait_until(lambda: count("tests_note", "text LIKE 'lock waits %'") == PROBES, timeout=5)
+            assert state_of(held) == "running"
         wait_until(lambda: state_of(held) is None, timeout=15)
-    assert not errors
     # Jobs started while the ack still waited for the row.
     assert count("tests_note", "text = 'lock waits 1'") >= 1
     assert count("tests_note", "text = 'held'") == 1

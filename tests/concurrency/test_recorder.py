@@ -4,12 +4,7 @@ claims."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pytest
-from django.db import connections, transaction
 
 from django_pgjobs.claims import JobHandle, Outcome, Verdict
 from django_pgjobs.db import connection as db
@@ -18,33 +13,9 @@ from django_pgjobs.worker.completer import Completer
 from django_pgjobs.worker.faults import Faults
 from django_pgjobs.worker.recorder import BATCHES_BEHIND, Recorder
 from django_pgjobs.worker.stats import MinuteCounts, WorkerStats
-from tests.helpers import count, execute, other_connection
+from tests.helpers import count, execute, other_connection, row_held
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@contextmanager
-def row_held(job_id: int) -> Iterator[None]:
-    """A request's transaction holding the job's row until the block ends."""
-    locked, release = threading.Event(), threading.Event()
-
-    def request() -> None:
-        try:
-            with transaction.atomic():
-                execute("SELECT 1 FROM pgjobs_job WHERE id = %s FOR UPDATE", [job_id])
-                locked.set()
-                release.wait(10)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=request, daemon=True)
-    thread.start()
-    assert locked.wait(5)
-    try:
-        yield
-    finally:
-        release.set()
-        thread.join(10)
 
 
 def test_s39_an_outcome_set_aside_outlives_an_outage_at_its_next_try() -> None:
