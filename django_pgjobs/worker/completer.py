@@ -76,12 +76,15 @@ class Completer:
     @property
     def buffered(self) -> int:
         """How many outcomes wait to be recorded (set aside ones included)."""
-        lists = (self._acks, self._retries, self._fails, self._cancels, self._timeouts)
-        return sum(len(buffer) for buffer in lists) + self.aside.count
+        return sum(len(buffer) for buffer in self._buffers) + self.aside.count
+
+    @property
+    def _buffers(self) -> tuple[list[Any], ...]:
+        return (self._acks, self._retries, self._fails, self._cancels, self._timeouts)
 
     @property
     def _buffered(self) -> bool:
-        return bool(self._acks or self._retries or self._fails or self._cancels or self._timeouts)
+        return any(self._buffers)
 
     def flush_due(self, now: float) -> bool:
         """Whether a flush has something to try now (set aside outcomes wait their turn)."""

@@ -55,12 +55,12 @@ class _Handover:
     posted: list[tuple[JobHandle, bool]] = field(default_factory=list)
     #: Something was written since the loop last looked.
     wrote: bool = False
-    #: A pass is under way; and what it left unwritten (set aside, or an outage).
+    #: A pass is under way.
     writing: bool = False
-    left: bool = False
-    #: Outcomes taken by the pass under way, and left by the last one.
+    #: Outcomes taken by the pass under way, and left unwritten by the last one (set
+    #: aside, or held back by an outage).
     in_pass: int = 0
-    left_count: int = 0
+    left: int = 0
     #: Last passes (everything, now) asked for by the loop, and done.
     last_asked: int = 0
     last_done: int = 0
@@ -134,7 +134,7 @@ class Recorder:
         outcomes pile up unwritten, their claims no longer heartbeaten."""
         shared = self._shared
         with self._changed:
-            waiting = len(shared.inbox) + shared.in_pass + shared.left_count
+            waiting = len(shared.inbox) + shared.in_pass + shared.left
         return max(0, waiting - BATCHES_BEHIND * batch)
 
     def kick(self) -> None:
@@ -275,8 +275,7 @@ class Recorder:
         finally:
             with self._changed:
                 shared.writing, shared.in_pass = False, 0
-                shared.left = self.completer.unflushed
-                shared.left_count = self.completer.buffered
+                shared.left = self.completer.buffered
                 shared.wrote = shared.wrote or wrote
                 if last is not None:
                     shared.last_done = last
