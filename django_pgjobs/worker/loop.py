@@ -560,7 +560,8 @@ class Worker:
         deadlines = [pacing.next_poll, now + self.report.interval]
         if pacing.next_due is not None:
             deadlines.append(pacing.next_due)
-        if len(self.leases):
+        if len(self.leases) and not self.faults.waiting(now):
+            # While a backoff runs, no heartbeat is sent (its end is a deadline below).
             deadlines.append(self.leases.next_heartbeat_at)
         if self.stopping.deadline is not None:
             deadlines.append(self.stopping.deadline)

@@ -243,6 +243,30 @@ class TestHeartbeats:
         assert notes() == [(job_id, "long", 1)]
         assert worker.stats.succeeded == 1
 
+    def test_a_heartbeat_due_during_a_backoff_waits_for_its_end_without_spinning(self) -> None:
+        """No heartbeat is sent while the worker backs off from a fault: the loop sleeps
+        to the backoff's end, it does not go round with a zero timeout on the heartbeat
+        that came due meanwhile (a worker whose steps failed at every try once spun at
+        three quarters of a core for as long as they failed)."""
+        jobs.record.using(lease=30).enqueue(label="long", sleep=2.5)
+        with running_worker(poll_interval=0.5) as worker:
+            wait_until(lambda: count("tests_note") == 1)
+            timeouts: list[float] = []
+            wait = worker._wait
+
+            def counted(timeout: float) -> None:
+                timeouts.append(timeout)
+                wait(timeout)
+
+            worker._wait = counted  # type: ignore[method-assign]
+            worker.faults.retry_at = time.monotonic() + 1.5
+            worker.leases.next_heartbeat_at = time.monotonic() - 60  # due long ago
+            time.sleep(1.0)
+            turns = len(timeouts)
+            wait_until(lambda: count() == 0, timeout=10)
+        assert turns < 20, f"{turns} turns of the loop in 1 s of backoff: {timeouts[:10]}"
+        assert worker.stats.succeeded == 1
+
 
 @pytest.fixture
 def quick_jobs_count_as_short(monkeypatch: pytest.MonkeyPatch) -> None:
