@@ -53,6 +53,17 @@ COMMAND_TRIES = 3
 COMMAND_RETRY_S = 2.0
 
 
+#: How long after its due time a stopped worker is resumed by its own timer, should the
+#: run's loop not have resumed it.
+RESUME_SLACK_S = 1.0
+
+
+def _send_sigcont(process: subprocess.Popen[bytes]) -> None:
+    """SIGCONT `process` if it still runs (the loop may have killed it meanwhile)."""
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGCONT)
+
+
 class HorizonPin(threading.Thread):
     """A connection of its own that holds the xmin horizon ("idle": an XID, "reader":
     a REPEATABLE READ snapshot of the job table) until `release()`, then rolls back."""
@@ -197,9 +208,14 @@ class Faults:
         assert worker.process is not None
         worker.stopped_at = self.state.clock()
         worker.process.send_signal(signal.SIGSTOP)
-        worker.resume_at = (
-            time.monotonic() + self.state.config.lease + self.state.random.uniform(0.5, 2.5)
-        )
+        delay = self.state.config.lease + self.state.random.uniform(0.5, 2.5)
+        worker.resume_at = time.monotonic() + delay
+        # The run's loop resumes it (`resume_due`), and records the fault; this timer
+        # resumes it too, should the loop be waiting then for a lock the stopped worker
+        # holds (only a SIGCONT would end that wait: the run would hang).
+        timer = threading.Timer(delay + RESUME_SLACK_S, _send_sigcont, (worker.process,))
+        timer.daemon = True
+        timer.start()
 
     def _resume(self, worker: Worker) -> None:
         assert worker.stopped_at is not None and worker.process is not None
@@ -303,6 +319,8 @@ class Faults:
         self.pin = None
         try:
             floors, settled = self._workers_read_floors()
+            if held and settled and not floors:
+                floors, settled = self._wait_for_floors()
             after = self._pin_end_buffers(floors=floors)
             from_start = self._claim_buffers(floors=False) if floors else None
             dead, _, _ = state.database(
@@ -364,6 +382,18 @@ class Faults:
             "explaining a claim",
         )
         return cost.buffers
+
+    def _wait_for_floors(self) -> tuple[bool, bool]:
+        """Hold the pin up to settle_s() longer while a worker has not said yet that its
+        claims read from floors: the table care sees the horizon held only once the
+        pin's dead rows are there, and on a loaded machine the churn that makes them
+        takes seconds of the pin. A worker that never says so fails the pin as before."""
+        deadline = time.monotonic() + settle_s()
+        while True:
+            floors, settled = self._workers_read_floors()
+            if floors or not settled or time.monotonic() >= deadline:
+                return floors, settled
+            time.sleep(0.5)
 
     def _workers_read_floors(self) -> tuple[bool, bool]:
         """Whether every worker up long enough to have seen the horizon held (and not

@@ -157,7 +157,8 @@ class Command(BaseCommand):
             type=positive_seconds,
             default=defaults.pin_s,
             help="How long a 'pin' holds the xmin horizon (an idle transaction or a "
-            f"REPEATABLE READ reader; default {defaults.pin_s:g}).",
+            f"REPEATABLE READ reader; default {defaults.pin_s:g}; longer while a worker "
+            "has not yet seen it held).",
         )
         parser.add_argument(
             "--pin-churn",
