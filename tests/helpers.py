@@ -198,8 +198,8 @@ def running_worker(**options: Any) -> Iterator[Any]:
 
 
 @contextmanager
-def row_held(job_id: int) -> Iterator[None]:
-    """A request's transaction, on a thread of its own, holding the job's row `FOR
+def row_held(*job_ids: int) -> Iterator[None]:
+    """A request's transaction, on a thread of its own, holding the jobs' rows `FOR
     UPDATE` until the block ends; what the request raised is raised after it."""
     locked, release = threading.Event(), threading.Event()
     errors: list[BaseException] = []
@@ -207,7 +207,7 @@ def row_held(job_id: int) -> Iterator[None]:
     def request() -> None:
         try:
             with transaction.atomic():
-                execute("SELECT 1 FROM pgjobs_job WHERE id = %s FOR UPDATE", [job_id])
+                execute("SELECT 1 FROM pgjobs_job WHERE id = ANY(%s) FOR UPDATE", [list(job_ids)])
                 locked.set()
                 release.wait(10)
         except BaseException as error:

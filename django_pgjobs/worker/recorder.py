@@ -61,6 +61,8 @@ class _Handover:
     #: aside, or held back by an outage).
     in_pass: int = 0
     left: int = 0
+    #: Of those left, the ones set aside: their claims are held by the loop again.
+    aside: int = 0
     #: Last passes (everything, now) asked for by the loop, and done.
     last_asked: int = 0
     last_done: int = 0
@@ -131,10 +133,11 @@ class Recorder:
         """How many outcomes wait to be written beyond BATCHES_BEHIND claims of `batch`:
         the loop counts them as claims it still holds, so that a recorder slower than
         the claims (a slow write, an outage) slows the claims down rather than letting
-        outcomes pile up unwritten, their claims no longer heartbeaten."""
+        outcomes pile up unwritten, their claims no longer heartbeaten. Those set aside
+        (S39) are not counted here: the loop holds their claims again (`apply`)."""
         shared = self._shared
         with self._changed:
-            waiting = len(shared.inbox) + shared.in_pass + shared.left
+            waiting = len(shared.inbox) + shared.in_pass + shared.left - shared.aside
         return max(0, waiting - BATCHES_BEHIND * batch)
 
     def kick(self) -> None:
@@ -276,6 +279,7 @@ class Recorder:
             with self._changed:
                 shared.writing, shared.in_pass = False, 0
                 shared.left = self.completer.buffered
+                shared.aside = self.completer.aside.count
                 shared.wrote = shared.wrote or wrote
                 if last is not None:
                     shared.last_done = last

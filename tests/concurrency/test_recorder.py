@@ -73,3 +73,30 @@ def test_outcomes_waiting_to_be_written_past_a_few_claims_count_as_claims_held()
     finally:
         recorder.stop()
     assert count("pgjobs_job") == 0
+
+
+def test_s39_outcomes_set_aside_count_once_among_the_claims_held() -> None:
+    """Outcomes set aside behind rows a request holds keep their claims (the loop holds
+    them again): they are not counted a second time as outcomes the recorder is behind
+    on, which would hold back claims for jobs no one holds."""
+    ids = [result.id for result in Job.objects.enqueue_many([{"kind": "tests.record"}] * 6)]
+    handles = Job.objects.claim_batch("default", 6, "w-recorder")
+    recorder = Recorder(
+        Job.objects, WorkerStats(), MinuteCounts("default"), using="default", wake=lambda: None
+    )
+    kept: list[JobHandle] = []
+    batch = 1  # concurrency 1, no prefetch: more than BATCHES_BEHIND outcomes set aside
+    recorder.start()
+    try:
+        with row_held(*ids):
+            for handle in handles:
+                recorder.take(Outcome(handle, Verdict.ACK, 0.0))
+            assert recorder.write_soon(wait=30)
+            recorder.apply(kept.append, lambda handle: None)
+            assert sorted(handle.id for handle in kept) == sorted(ids)  # held again
+            assert recorder.unflushed  # set aside, to be tried again
+            assert recorder.behind(batch) == 0
+        recorder.finish()
+    finally:
+        recorder.stop()
+    assert count("pgjobs_job") == 0
