@@ -5,6 +5,9 @@ resolution, keys and bulk in one transaction: unit/test_enqueue.py."""
 
 from __future__ import annotations
 
+import random
+import threading
+import time
 from typing import Any
 from unittest import mock
 
@@ -153,6 +156,46 @@ class TestS5BulkInDocuments:
             Job.objects.enqueue_many(jobs)
         assert count() == 0
         assert Job.objects.enqueue_many(jobs)[8].inserted
+
+    @pytest.mark.django_db(transaction=True)
+    def test_s5_a_connection_killed_mid_batch_raises_operational_error_and_writes_all_or_none(
+        self,
+    ) -> None:
+        """pg_terminate_backend at a random moment of a pipelined batch: the caller gets
+        Django's OperationalError, as from any statement on a lost connection (never
+        psycopg's "cannot exit pipeline mode while busy"), and the batch is written whole
+        or not at all; the next batch, on a new connection, is written."""
+        from django.db import OperationalError, connection
+
+        from django_pgjobs.db import connection as db
+
+        batch = [{"kind": "demo.ok", "payload": {"text": "x" * 200}}] * 600
+        randomness = random.Random(27)
+        lost = 0
+        for _ in range(12):
+            connection.ensure_connection()
+            pid = db.backend_pid("default")
+            delay = randomness.uniform(0.0, 0.02)
+
+            def kill(pid: Any = pid, delay: float = delay) -> None:
+                time.sleep(delay)
+                with other_connection() as other:
+                    other.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+            killer = threading.Thread(target=kill)
+            killer.start()
+            try:
+                Job.objects.enqueue_many(batch)
+            except OperationalError:
+                lost += 1
+            finally:
+                killer.join()
+                connection.close()
+            assert count() % len(batch) == 0
+        assert lost  # some kills landed before the batch was written
+        written = count()
+        assert len(Job.objects.enqueue_many(batch)) == len(batch)
+        assert count() == written + len(batch)
 
 
 @pytest.mark.django_db(transaction=True)
