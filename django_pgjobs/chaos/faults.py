@@ -56,12 +56,18 @@ COMMAND_RETRY_S = 2.0
 #: How long after its due time a stopped worker is resumed by its own timer, should the
 #: run's loop not have resumed it.
 RESUME_SLACK_S = 1.0
+#: How often a pin held past its time looks whether every worker reads from floors.
+FLOORS_LOOK_S = 0.5
 
 
-def _send_sigcont(process: subprocess.Popen[bytes]) -> None:
-    """SIGCONT `process` if it still runs (the loop may have killed it meanwhile)."""
-    with contextlib.suppress(ProcessLookupError):
-        process.send_signal(signal.SIGCONT)
+def _resume_if_still_stopped(
+    worker: Worker, process: subprocess.Popen[bytes], stopped_at: datetime
+) -> None:
+    """SIGCONT `process` if it is still the worker's, stopped by the same fault: not
+    once the loop resumed it (and maybe stopped it again), killed or restarted it."""
+    if worker.process is process and worker.stopped_at == stopped_at:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGCONT)
 
 
 class HorizonPin(threading.Thread):
@@ -102,6 +108,8 @@ class Pin:
     began: datetime
     release_at: float  # monotonic
     before: int
+    #: When release_due next reads the registry, once the pin is past its time.
+    look_at: float = 0.0
 
 
 class Faults:
@@ -183,14 +191,39 @@ class Faults:
                 self._resume(worker)
 
     def release_due(self) -> None:
-        """End the pin under way if its time has come."""
-        if self.pin is not None and time.monotonic() >= self.pin.release_at:
-            self._release_pin(held=True)
+        """End the pin under way if its time has come; while a worker up long enough
+        has not yet said that its claims read from floors, hold it on, up to settle_s()
+        past its time: the table care sees the horizon held only once the pin's dead
+        rows are there, and on a loaded machine the churn that makes them takes seconds
+        of the pin. A worker that never says so fails the pin as before."""
+        pin, now = self.pin, time.monotonic()
+        if pin is None or now < pin.release_at:
+            return
+        if now < pin.release_at + settle_s():
+            if now < pin.look_at:
+                return
+            pin.look_at = now + FLOORS_LOOK_S
+            floors, settled = self._workers_read_floors()
+            if settled and not floors:
+                return  # held on; the run's loop goes on meanwhile
+        self._release_pin(held=True)
 
     def release_all(self) -> None:
-        """End the pin under way, due or not (cut short: its cost is not judged)."""
-        if self.pin is not None:
-            self._release_pin(held=time.monotonic() >= self.pin.release_at)
+        """End the pin under way, due or not (cut short before its time: its cost is not
+        judged). One held on past its time for a worker yet to read from floors is
+        held on here, at the run's end, up to the same bound (`release_due`)."""
+        pin = self.pin
+        if pin is None:
+            return
+        held = time.monotonic() >= pin.release_at
+        if held and pin.look_at:
+            deadline = pin.release_at + settle_s()
+            while time.monotonic() < deadline:
+                floors, settled = self._workers_read_floors()
+                if floors or not settled:
+                    break
+                time.sleep(FLOORS_LOOK_S)
+        self._release_pin(held=held)
 
     def _record(self, kind: str, worker: str | None, began: datetime) -> None:
         self.state.ledger.faults.append(Fault(kind, worker, began, self.state.clock()))
@@ -213,7 +246,11 @@ class Faults:
         # The run's loop resumes it (`resume_due`), and records the fault; this timer
         # resumes it too, should the loop be waiting then for a lock the stopped worker
         # holds (only a SIGCONT would end that wait: the run would hang).
-        timer = threading.Timer(delay + RESUME_SLACK_S, _send_sigcont, (worker.process,))
+        timer = threading.Timer(
+            delay + RESUME_SLACK_S,
+            _resume_if_still_stopped,
+            (worker, worker.process, worker.stopped_at),
+        )
         timer.daemon = True
         timer.start()
 
@@ -319,8 +356,6 @@ class Faults:
         self.pin = None
         try:
             floors, settled = self._workers_read_floors()
-            if held and settled and not floors:
-                floors, settled = self._wait_for_floors()
             after = self._pin_end_buffers(floors=floors)
             from_start = self._claim_buffers(floors=False) if floors else None
             dead, _, _ = state.database(
@@ -382,18 +417,6 @@ class Faults:
             "explaining a claim",
         )
         return cost.buffers
-
-    def _wait_for_floors(self) -> tuple[bool, bool]:
-        """Hold the pin up to settle_s() longer while a worker has not said yet that its
-        claims read from floors: the table care sees the horizon held only once the
-        pin's dead rows are there, and on a loaded machine the churn that makes them
-        takes seconds of the pin. A worker that never says so fails the pin as before."""
-        deadline = time.monotonic() + settle_s()
-        while True:
-            floors, settled = self._workers_read_floors()
-            if floors or not settled or time.monotonic() >= deadline:
-                return floors, settled
-            time.sleep(0.5)
 
     def _workers_read_floors(self) -> tuple[bool, bool]:
         """Whether every worker up long enough to have seen the horizon held (and not

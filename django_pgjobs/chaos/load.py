@@ -283,7 +283,8 @@ class Load:
         try:
             with transaction.atomic(using=state.alias):
                 # A keyed trigger waits for the row lock of its job's fenced run; if this
-                # run stopped that worker (SIGSTOP), only this loop would resume it.
+                # run stopped that worker (SIGSTOP), this loop resumes it (its timer only
+                # a second after its time).
                 ChaosExecution.objects.limit_lock_wait(LOCK_WAIT_S, using=state.alias)
                 write(ids)
                 if roll_back:

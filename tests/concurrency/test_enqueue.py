@@ -172,26 +172,36 @@ class TestS5BulkInDocuments:
         batch = [{"kind": "demo.ok", "payload": {"text": "x" * 200}}] * 600
         randomness = random.Random(27)
         lost = 0
-        for _ in range(12):
-            connection.ensure_connection()
-            pid = db.backend_pid("default")
-            delay = randomness.uniform(0.0, 0.02)
+        with other_connection() as killer_connection:
 
-            def kill(pid: Any = pid, delay: float = delay) -> None:
+            def kill(pid: int | None, delay: float) -> None:
+                # Once the batch's transaction has begun (its first document is sent),
+                # and a random moment later.
+                for _ in range(2000):
+                    began = killer_connection.execute(
+                        "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND xact_start IS NOT NULL",
+                        [pid],
+                    ).fetchall()
+                    if began:
+                        break
                 time.sleep(delay)
-                with other_connection() as other:
-                    other.execute("SELECT pg_terminate_backend(%s)", [pid])
+                killer_connection.execute("SELECT pg_terminate_backend(%s)", [pid])
 
-            killer = threading.Thread(target=kill)
-            killer.start()
-            try:
-                Job.objects.enqueue_many(batch)
-            except OperationalError:
-                lost += 1
-            finally:
-                killer.join()
-                connection.close()
-            assert count() % len(batch) == 0
+            for _ in range(12):
+                connection.ensure_connection()
+                killer = threading.Thread(
+                    target=kill,
+                    args=(db.backend_pid("default"), randomness.uniform(0.0, 0.005)),
+                )
+                killer.start()
+                try:
+                    Job.objects.enqueue_many(batch)
+                except OperationalError:
+                    lost += 1
+                finally:
+                    killer.join()
+                    connection.close()
+                assert count() % len(batch) == 0
         assert lost  # some kills landed before the batch was written
         written = count()
         assert len(Job.objects.enqueue_many(batch)) == len(batch)

@@ -140,7 +140,8 @@ def test_chaosjobs_refuses_bad_arguments_with_what_to_do() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_a_trigger_never_waits_long_for_a_row_its_own_fault_keeps_locked() -> None:
     """A SIGSTOPped worker may hold its job's row in a fenced transaction; the run's loop,
-    which alone would send SIGCONT, must not wait for that lock: it gives the trigger up."""
+    which sends its SIGCONT (a timer only a second later), must not wait for that lock:
+    it gives the trigger up."""
     from django_pgjobs.chaos.jobs import KEYED_KIND
     from django_pgjobs.chaos.run import LOCK_WAIT_S, ChaosRun
 
