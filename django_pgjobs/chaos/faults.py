@@ -216,14 +216,12 @@ class Faults:
         if pin is None:
             return
         held = time.monotonic() >= pin.release_at
-        if held and pin.look_at:
-            deadline = pin.release_at + settle_s()
-            while time.monotonic() < deadline:
-                floors, settled = self._workers_read_floors()
-                if floors or not settled:
-                    break
-                time.sleep(FLOORS_LOOK_S)
-        self._release_pin(held=held)
+        if not (held and pin.look_at):
+            self._release_pin(held=held)
+            return
+        while self.pin is not None:
+            time.sleep(FLOORS_LOOK_S)
+            self.release_due()
 
     def _record(self, kind: str, worker: str | None, began: datetime) -> None:
         self.state.ledger.faults.append(Fault(kind, worker, began, self.state.clock()))

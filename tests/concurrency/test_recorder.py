@@ -18,6 +18,13 @@ from tests.helpers import count, execute, other_connection, row_held
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def a_recorder() -> Recorder:
+    """A worker's recorder on the default database, its thread not started."""
+    return Recorder(
+        Job.objects, WorkerStats(), MinuteCounts("default"), using="default", wake=lambda: None
+    )
+
+
 def test_s39_an_outcome_set_aside_outlives_an_outage_at_its_next_try() -> None:
     """An ack waits for a row a request holds and is set aside, its claim kept. The
     request ends, but the server drops the connection just before the next try: the
@@ -56,9 +63,7 @@ def test_outcomes_waiting_to_be_written_past_a_few_claims_count_as_claims_held()
     written."""
     Job.objects.enqueue_many([{"kind": "tests.record"}] * 6)
     handles = Job.objects.claim_batch("default", 6, "w-recorder")
-    recorder = Recorder(
-        Job.objects, WorkerStats(), MinuteCounts("default"), using="default", wake=lambda: None
-    )
+    recorder = a_recorder()
     batch = 1  # concurrency 1, no prefetch
     for handle in handles:
         recorder.take(Outcome(handle, Verdict.ACK, 0.0))
@@ -81,9 +86,7 @@ def test_s39_outcomes_set_aside_count_once_among_the_claims_held() -> None:
     on, which would hold back claims for jobs no one holds."""
     ids = [result.id for result in Job.objects.enqueue_many([{"kind": "tests.record"}] * 6)]
     handles = Job.objects.claim_batch("default", 6, "w-recorder")
-    recorder = Recorder(
-        Job.objects, WorkerStats(), MinuteCounts("default"), using="default", wake=lambda: None
-    )
+    recorder = a_recorder()
     kept: list[JobHandle] = []
     batch = 1  # concurrency 1, no prefetch: more than BATCHES_BEHIND outcomes set aside
     recorder.start()
